@@ -1,0 +1,1 @@
+"""Data sources, vocabularies, batching and metrics for normlab (one module per job)."""

@@ -1,0 +1,110 @@
+"""Length-bucketed batches under a token budget, and padding into tensors.
+
+Examples are sorted by length (ties broken by a seeded shuffle, so batch contents change
+between epochs) and cut into batches whose padded size, rows x longest sequence, stays under
+``max_tokens``; the order of the batches is then shuffled. Everything is a function of
+(seed, epoch), so a resumed run sees exactly the batches it would have seen.
+
+Shape legend: B rows in a batch, S longest src (+EOS), T longest tgt (+BOS/EOS).
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Seq2SeqData:
+    """Token ids of one split, without special tokens; ``src[i]`` pairs with ``tgt[i]``."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+
+    def __post_init__(self) -> None:
+        if len(self.src) != len(self.tgt):
+            raise ValueError(f"src has {len(self.src)} rows but tgt has {len(self.tgt)}")
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def padded_len(self, i: int) -> int:
+        """Tokens row ``i`` occupies in a batch: its longer side plus one special token."""
+        return max(len(self.src[i]), len(self.tgt[i])) + 1
+
+
+@dataclass
+class Batch:
+    """A padded batch. src (B, S), tgt_in (B, T) starting with BOS, tgt_out (B, T) ending with
+    EOS; ``index`` holds the dataset rows; ``n_tgt_tokens`` counts non-pad target tokens."""
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    index: list[int]
+    n_tgt_tokens: int
+
+    def to(self, device: torch.device) -> "Batch":
+        src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in (self.src, self.tgt_in, self.tgt_out))
+        return Batch(src, tgt_in, tgt_out, self.index, self.n_tgt_tokens)
+
+
+def make_batches(data: Seq2SeqData, max_tokens: int, generator: torch.Generator | None = None) -> list[list[int]]:
+    """Group row indices into length-bucketed batches of at most ``max_tokens`` padded tokens.
+
+    With a generator, ties in length are broken at random and the batch order is shuffled;
+    without one, the order is by length (deterministic, for evaluation).
+
+    Raises:
+        ValueError: empty data, or a row longer than ``max_tokens``.
+    """
+    if len(data) == 0:
+        raise ValueError("cannot batch an empty split")
+    order = torch.randperm(len(data), generator=generator).tolist() if generator is not None else range(len(data))
+    order = sorted(order, key=data.padded_len)  # stable: the shuffle breaks ties
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = data.padded_len(i)  # sorted ascending, so the newest row is the longest
+        if longest > max_tokens:
+            raise ValueError(f"row {i} needs {longest} tokens, more than trainer.max_tokens={max_tokens}")
+        if (len(current) + 1) * longest > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    batches.append(current)
+    if generator is not None:
+        batches = [batches[j] for j in torch.randperm(len(batches), generator=generator).tolist()]
+    return batches
+
+
+def collate(data: Seq2SeqData, index: list[int]) -> Batch:
+    """Pad rows ``index`` into a :class:`Batch`: src + EOS, BOS + tgt, tgt + EOS."""
+    S = max(len(data.src[i]) for i in index) + 1
+    T = max(len(data.tgt[i]) for i in index) + 1
+    src = torch.full((len(index), S), PAD_ID, dtype=torch.long)
+    tgt_in = torch.full((len(index), T), PAD_ID, dtype=torch.long)
+    tgt_out = torch.full((len(index), T), PAD_ID, dtype=torch.long)
+    for row, i in enumerate(index):
+        s, t = data.src[i], data.tgt[i]
+        src[row, : len(s) + 1] = torch.tensor(s + [EOS_ID])
+        tgt_in[row, : len(t) + 1] = torch.tensor([BOS_ID] + t)
+        tgt_out[row, : len(t) + 1] = torch.tensor(t + [EOS_ID])
+    n_tgt = sum(len(data.tgt[i]) + 1 for i in index)
+    return Batch(src, tgt_in, tgt_out, list(index), n_tgt)
+
+
+def train_stream(
+    data: Seq2SeqData, max_tokens: int, seed: int, start_epoch: int = 0, start_batch: int = 0
+) -> Iterator[tuple[int, int, Batch]]:
+    """Endless training batches as ``(epoch, batch_number, batch)``, reshuffled each epoch from
+    ``(seed, epoch)``; starts at ``(start_epoch, start_batch)`` so a resumed run continues exactly."""
+    epoch = start_epoch
+    while True:
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+        batches = make_batches(data, max_tokens, gen)
+        for b in range(start_batch if epoch == start_epoch else 0, len(batches)):
+            yield epoch, b, collate(data, batches[b])
+        epoch += 1

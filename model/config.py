@@ -1,0 +1,97 @@
+"""Typed, strict model configuration: validated at construction, saved in every checkpoint.
+
+Imports without Hydra: ``train.py`` turns the Hydra config into these dataclasses.
+"""
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from model.norms import check_norm
+from model.residual import check_placement
+
+POSITIONS = ("sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class NormConfig:
+    """The three normalization axes plus eps (see DESIGN.md sec. 3).
+
+    Raises:
+        ValueError: unknown kind, impl or placement (the message lists the valid ones), or eps <= 0.
+    """
+
+    kind: str = "layernorm"
+    impl: str = "custom"
+    placement: str = "pre"
+    eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        check_norm(self.kind, self.impl)
+        check_placement(self.placement)
+        if not self.eps > 0:
+            raise ValueError(f"norm.eps must be > 0, got {self.eps!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes of the encoder-decoder Transformer (names as in Vaswani et al. 2017).
+
+    Attributes:
+        src_vocab, tgt_vocab: vocabulary sizes (tokens).
+        pad_id: padding token id, the same in both vocabularies.
+        d_model: width of the residual stream; must be divisible by n_heads.
+        n_heads: attention heads; head size is d_model // n_heads.
+        d_ff: hidden width of the position-wise FFN.
+        n_enc_layers, n_dec_layers: layers in each stack (>= 1).
+        dropout: dropout probability on embeddings, attention weights and branch outputs.
+        max_len: longest src or tgt sequence (tokens) the position table covers.
+        positions: ``sinusoidal`` (Vaswani et al. sec. 3.5) or ``learned``.
+        tie_embeddings: tie the output projection to the target embedding.
+        norm: the normalization axes.
+
+    Raises:
+        ValueError: a size out of range, d_model not divisible by n_heads, an unknown
+            positions kind (the message names the value and the valid range or choices).
+    """
+
+    src_vocab: int
+    tgt_vocab: int
+    pad_id: int = 0
+    d_model: int = 256
+    n_heads: int = 4
+    d_ff: int = 1024
+    n_enc_layers: int = 3
+    n_dec_layers: int = 3
+    dropout: float = 0.1
+    max_len: int = 64
+    positions: str = "sinusoidal"
+    tie_embeddings: bool = True
+    norm: NormConfig = field(default_factory=NormConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}; "
+                f"valid n_heads for this d_model: {[h for h in range(1, self.d_model + 1) if self.d_model % h == 0]}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"unknown model.positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python form, for checkpoints and logs."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError`` listing the valid ones."""
+        valid = {f.name for f in fields(cls)}
+        unknown = set(d) - valid
+        if unknown:
+            raise ValueError(f"unknown model config keys {sorted(unknown)}; valid keys: {sorted(valid)}")
+        return cls(**{**d, "norm": NormConfig(**d.get("norm", {}))})

@@ -1,0 +1,64 @@
+"""Encoder and decoder layers: sublayers wrapped in ``Residual`` at the configured placement.
+
+Shape legend: B batch, S src length, T tgt length, D d_model, F d_ff.
+"""
+
+import torch
+from torch import nn
+
+from model.attention import MultiHeadAttention
+from model.config import ModelConfig
+from model.residual import Residual
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN ``linear2(dropout(relu(linear1(x))))`` (Vaswani et al. 2017, eq. 2).
+
+    Shapes: (B, T, D) -> (B, T, F) -> (B, T, D).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each in a residual connection. (B, S, D) -> (B, S, D)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.self_attn = Residual(attn, cfg.norm, cfg.d_model, cfg.dropout)
+        self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout)
+
+    def forward(self, x: torch.Tensor, src_pad_mask: torch.Tensor | None) -> torch.Tensor:
+        """x: (B, S, D); src_pad_mask: (B, S) bool, True at padding."""
+        x = self.self_attn(x, None, src_pad_mask)
+        return self.ffn(x)
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to memory, then FFN. (B, T, D) -> (B, T, D).
+
+    Decoder self-attention uses only the causal mask: with right padding, a real target
+    position never sees a padding position, and outputs at padding positions are ignored.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, causal=True)
+        cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.self_attn = Residual(self_attn, cfg.norm, cfg.d_model, cfg.dropout)
+        self.cross_attn = Residual(cross_attn, cfg.norm, cfg.d_model, cfg.dropout)
+        self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_pad_mask: torch.Tensor | None) -> torch.Tensor:
+        """x: (B, T, D); memory: (B, S, D); src_pad_mask: (B, S) bool, True at padding."""
+        x = self.self_attn(x)
+        x = self.cross_attn(x, memory, src_pad_mask)
+        return self.ffn(x)

@@ -1,0 +1,107 @@
+"""CMUdict loading, splits, vocabularies, batching and PER/WER."""
+
+import pytest
+import torch
+
+from data.batching import Seq2SeqData, collate, make_batches, train_stream
+from data.cmudict_g2p import load_cmudict, split_of
+from data.metrics import per_wer
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_vocab, encode_all
+
+
+@pytest.fixture(scope="module")
+def cmu():
+    return load_cmudict()
+
+
+def test_split_is_a_pinned_function_of_the_word():
+    # Pinned values: a change of hashing would silently reshuffle every split between versions.
+    got = {w: split_of(w) for w in ("abandon", "zebra", "phoneme", "transformer", "zyzzyva")}
+    assert got == {"abandon": "train", "zebra": "test", "phoneme": "train", "transformer": "valid", "zyzzyva": "train"}
+
+
+def test_splits_are_disjoint_by_word_and_about_90_5_5(cmu):
+    words = {name: set(cmu[name]["word"]) for name in ("train", "valid", "test")}
+    assert not words["train"] & words["valid"] and not words["train"] & words["test"] and not words["valid"] & words["test"]
+    total = sum(len(w) for w in words.values())
+    assert 0.88 < len(words["train"]) / total < 0.92
+    assert 0.04 < len(words["valid"]) / total < 0.06
+    for name, ws in words.items():
+        assert all(split_of(w) == name for w in list(ws)[:2000])
+
+
+def test_every_pronunciation_is_kept(cmu):
+    rows = [(w, p) for w, p in zip(cmu["train"]["word"], cmu["train"]["phonemes"], strict=True) if w == "read"]
+    assert sorted(p for _, p in rows) == ["R EH D", "R IY D"]
+
+
+def test_stress_removed_gives_39_phonemes(cmu):
+    phonemes = {p for s in ("train", "valid", "test") for line in cmu[s]["phonemes"] for p in line.split()}
+    assert len(phonemes) == 39
+    words = {w for s in ("train", "valid", "test") for w in cmu[s]["word"]}
+    assert all(w == w.lower() and set(w) <= set("abcdefghijklmnopqrstuvwxyz'") for w in words)
+
+
+def test_keep_stress_keeps_digits():
+    stressed = load_cmudict(keep_stress=True)
+    phonemes = {p for line in stressed["train"]["phonemes"] for p in line.split()}
+    assert {"AH0", "AH1", "AH2"} <= phonemes and len(phonemes) > 39
+
+
+def test_vocab_specials_and_unknown_symbol():
+    vocab = build_vocab(["abc", "cab"], unit="char")
+    assert [vocab.token_to_id(t) for t in ("<pad>", "<s>", "</s>", "<unk>")] == [PAD_ID, BOS_ID, EOS_ID, UNK_ID]
+    ids = encode_all(vocab, ["abz"])[0]
+    assert len(ids) == 3 and ids[2] == UNK_ID  # an unseen letter is <unk>, never dropped
+    phones = build_vocab(["K AE T"], unit="space")
+    assert phones.decode(encode_all(phones, ["T AE K"])[0]) == "T AE K"
+
+
+def test_batches_respect_the_budget_and_cover_every_row_once():
+    torch.manual_seed(0)
+    data = Seq2SeqData([[5] * int(n) for n in torch.randint(1, 15, (500,))], [[6] * int(n) for n in torch.randint(1, 15, (500,))])
+    batches = make_batches(data, 128, torch.Generator().manual_seed(1))
+    assert sorted(i for b in batches for i in b) == list(range(500))
+    for b in batches:
+        batch = collate(data, b)
+        assert batch.src.numel() <= 128 and batch.tgt_in.numel() <= 128
+    # Length bucketing: little padding.
+    real = sum(len(data.src[i]) + 1 for i in range(500))
+    padded = sum(collate(data, b).src.numel() for b in batches)
+    assert real / padded > 0.7
+
+
+def test_collate_layout():
+    batch = collate(Seq2SeqData([[7, 8], [9]], [[10], [11, 12]]), [0, 1])
+    assert batch.src.tolist() == [[7, 8, EOS_ID], [9, EOS_ID, PAD_ID]]
+    assert batch.tgt_in.tolist() == [[BOS_ID, 10, PAD_ID], [BOS_ID, 11, 12]]
+    assert batch.tgt_out.tolist() == [[10, EOS_ID, PAD_ID], [11, 12, EOS_ID]]
+    assert batch.n_tgt_tokens == 5
+
+
+def test_train_stream_resumes_at_the_same_batch():
+    data = Seq2SeqData([[5] * (i % 9 + 1) for i in range(300)], [[6] * (i % 7 + 1) for i in range(300)])
+    full = train_stream(data, 64, seed=3)
+    seen = [next(full) for _ in range(40)]
+    epoch, batch_no, _ = seen[24]
+    resumed = train_stream(data, 64, seed=3, start_epoch=epoch, start_batch=batch_no + 1)
+    for expected in seen[25:]:
+        got = next(resumed)
+        assert got[:2] == expected[:2] and got[2].index == expected[2].index
+
+
+def test_empty_split_is_an_error():
+    with pytest.raises(ValueError, match="empty split"):
+        make_batches(Seq2SeqData([], []), 64)
+
+
+def test_per_wer_hand_made_cases():
+    hyps = [["K", "AE", "T"], ["D", "AO", "G"], ["F", "IH", "SH"]]
+    refs = [[["K", "AE", "T"]], [["D", "AA", "G"], ["D", "AO", "G", "Z"]], [["F", "IH", "SH", "IH", "Z"]]]
+    # cat: 0/3; dog: closest ref "D AO G Z" or "D AA G", both 1 edit, shorter (3) wins; fish: 2 deletions / 5.
+    per, wer = per_wer(hyps, refs)
+    assert per == pytest.approx(3 / 11)
+    assert wer == pytest.approx(2 / 3)
+    assert per_wer([["A"]], [[["A"]]]) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="no words"):
+        per_wer([], [])

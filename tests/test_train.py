@@ -1,0 +1,123 @@
+"""train(cfg) end to end on tiny settings: presets, metrics file, resume, bad input."""
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import train as train_module
+from tests.conftest import ROOT, make_cfg
+from training.checkpoint import load_checkpoint
+
+PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("impl", ["custom", "native"])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_norm_preset_trains_with_finite_decreasing_loss(preset, impl, tmp_path):
+    result = train_module.train(make_cfg(f"norm={preset}", f"norm.impl={impl}"), tmp_path)
+    losses = [m["train/loss"] for m in read_metrics(tmp_path) if "train/loss" in m]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0] - 0.5
+    assert 0 <= result["test/wer"] <= 1 and result["test/per"] >= 0
+
+
+def test_run_dir_holds_named_metrics_config_checkpoint_and_vocab(tmp_path):
+    train_module.train(make_cfg("norm=post_ln"), tmp_path)
+    rows = read_metrics(tmp_path)
+    keys = set().union(*rows)
+    expected = {"train/loss", "val/loss", "val/per", "val/wer", "test/per", "test/wer", "optim/lr", "perf/tokens_per_s"}
+    expected |= {f"act/{s}.{i}.out/rms" for s in ("enc", "dec") for i in range(2)}
+    expected |= {f"grad/{s}.{i}/norm" for s in ("enc", "dec") for i in range(2)}
+    assert expected <= keys
+    assert all("step" in r for r in rows)
+    act = [r["act/enc.1.out/rms"] for r in rows if "act/enc.1.out/rms" in r]
+    assert len(act) == 4 and all(a > 0 for a in act)  # every telemetry.every=5 steps of 20
+    cfg = OmegaConf.load(tmp_path / "config.yaml")
+    assert cfg.norm.placement == "post" and cfg.model.d_model == 32
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert ckpt["step"] == 20 and ckpt["model_config"]["norm"]["placement"] == "post"
+    assert (tmp_path / "src_vocab.json").is_file() and (tmp_path / "tgt_vocab.json").is_file()
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    train_module.train(make_cfg("trainer.max_steps=10"), first)
+    train_module.train(make_cfg("trainer.max_steps=20", f"train.resume={first / 'checkpoint.pt'}"), second)
+    steps = [r["step"] for r in read_metrics(second) if "train/loss" in r]
+    assert steps[0] == 15 and steps[-1] == 20
+    assert load_checkpoint(second / "checkpoint.pt")["step"] == 20
+
+
+def test_resume_path_that_does_not_exist(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint file at .*nope.pt"):
+        train_module.train(make_cfg(f"train.resume={tmp_path / 'nope.pt'}"), tmp_path)
+
+
+def test_resume_path_that_is_not_a_checkpoint(tmp_path):
+    bogus = tmp_path / "bogus.pt"
+    bogus.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="is not a readable checkpoint"):
+        train_module.train(make_cfg(f"train.resume={bogus}"), tmp_path / "run")
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path, monkeypatch):
+    calls = {"n": 0}
+
+    def poisoned_cross_entropy(*args, **kwargs):  # the 8th training step's loss is NaN
+        calls["n"] += 1
+        loss = torch.nn.functional.cross_entropy(*args, **kwargs)
+        return loss * float("nan") if calls["n"] == 8 else loss
+
+    monkeypatch.setattr(train_module, "F", types.SimpleNamespace(cross_entropy=poisoned_cross_entropy))
+    with pytest.raises(train_module.NonFiniteLossError, match=r"step 8; last finite checkpoint: .*checkpoint.pt \(step 5\)"):
+        train_module.train(make_cfg("trainer.eval_every=5", "trainer.log_every=5"), tmp_path)
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert ckpt["step"] == 5
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+
+
+def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "model=tiny", "trainer=smoke", "logger=none", *overrides],
+        cwd=cwd, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("norm=pre_lm", "Could not find 'norm/pre_lm'"),
+        ("norm.kind=layernrom", "unknown norm.kind 'layernrom'; valid kinds: layernorm, rmsnorm"),
+        ("norm.impl=fused", "unknown norm.impl 'fused'; valid impls: custom, native"),
+        ("norm.placement=middle", "unknown norm.placement 'middle'; valid placements: post, pre"),
+        ("model.n_heads=3", "d_model=32 is not divisible by model.n_heads=3"),
+        ("trainer.device=tpu", "unknown trainer.device 'tpu'; valid: auto, cpu, cuda"),
+        ("model.d_modle=64", "Key 'd_modle' is not in struct"),
+    ],
+)
+def test_cli_bad_input_stops_with_one_clear_message(override, message, tmp_path):
+    proc = run_cli(override, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert message in proc.stderr + proc.stdout
+
+
+def test_wandb_runs_offline_without_an_api_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    train_module.train(make_cfg("logger=wandb", "trainer.max_steps=5", "norm=post_ln", "seed=3"), tmp_path)
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    config = (runs[0] / "files" / "config.yaml").read_text()
+    assert "placement" in config and "post" in config

@@ -1,0 +1,226 @@
+"""Train an encoder-decoder Transformer with a chosen norm; log loss and per-layer activation scale.
+
+    python train.py                                  # CMUdict G2P, default norm (pre-LN)
+    python train.py norm=post_ln norm.impl=native    # any axis overridable
+    python train.py -m norm=post_ln,pre_ln,pre_rms seed=0,1,2
+
+``train(cfg)`` is the whole run; the loop below reads top to bottom (no Trainer class).
+"""
+
+import random
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import hydra
+import torch
+import torch.nn.functional as F
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from data.batching import Seq2SeqData, train_stream
+from data.cmudict_g2p import load_cmudict
+from data.tokenizer import PAD_ID, build_vocab, encode_all
+from model import EncoderDecoder, ModelConfig, NormConfig
+from model.telemetry import Telemetry
+from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from training.evaluate import G2PEvalSet, evaluate_g2p, evaluate_loss
+from training.loggers import MetricsLogger
+from training.optim import build_optimizer, build_scheduler
+
+DEVICES = ("auto", "cpu", "cuda")
+LOGGERS = ("wandb", "none")
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or inf; the message names the step and the last good checkpoint."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu. Raises ValueError for unknown or unavailable devices."""
+    if name not in DEVICES:
+        raise ValueError(f"unknown trainer.device {name!r}; valid: {', '.join(DEVICES)}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("trainer.device='cuda' but no CUDA device is available; use trainer.device=cpu or auto")
+    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name)
+
+
+def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+    """The typed model config from the Hydra config; raises ValueError on bad values."""
+    return ModelConfig(
+        src_vocab=src_vocab, tgt_vocab=tgt_vocab, pad_id=PAD_ID,
+        norm=NormConfig(**OmegaConf.to_container(cfg.norm)),
+        **OmegaConf.to_container(cfg.model),
+    )  # fmt: skip
+
+
+def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
+    """Run one training job described by ``cfg``; returns the final test metrics.
+
+    Writes into ``run_dir`` (default: Hydra's output dir): ``config.yaml`` (resolved),
+    ``metrics.jsonl``, ``checkpoint.pt``, ``src_vocab.json``, ``tgt_vocab.json``.
+
+    Raises:
+        ValueError / FileNotFoundError: bad config values or resume path, found before training.
+        NonFiniteLossError: the loss became non-finite; ``checkpoint.pt`` keeps the last finite state.
+    """
+    run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    tc = cfg.trainer
+    if cfg.logger.name not in LOGGERS:
+        raise ValueError(f"unknown logger {cfg.logger.name!r}; valid: {', '.join(LOGGERS)}")
+    device = resolve_device(tc.device)
+    resume = load_checkpoint(cfg.train.resume) if cfg.train.resume else None
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+
+    # Data: CMUdict splits, vocabularies (taken from the checkpoint on resume), token ids.
+    splits = load_cmudict(keep_stress=cfg.data.keep_stress)
+    if resume:
+        src_vocab, tgt_vocab = (Tokenizer.from_str(resume["vocab"][k]) for k in ("src", "tgt"))
+    else:
+        src_vocab = build_vocab(splits["train"]["word"], unit="char")
+        tgt_vocab = build_vocab(splits["train"]["phonemes"], unit="space")
+    src_vocab.save(str(run_dir / "src_vocab.json"))
+    tgt_vocab.save(str(run_dir / "tgt_vocab.json"))
+    encoded = {
+        name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
+        for name, split in splits.items()
+    }
+    valid_set = G2PEvalSet.build(splits["valid"]["word"], splits["valid"]["phonemes"], encoded["valid"].src)
+    test_set = G2PEvalSet.build(splits["test"]["word"], splits["test"]["phonemes"], encoded["test"].src)
+    valid_words, test_words = valid_set.subset(tc.eval_max_words), test_set.subset(tc.test_max_words)
+
+    # Model, optimizer, schedule; on resume, all of their state and the data position.
+    mcfg = model_config(cfg, src_vocab.get_vocab_size(), tgt_vocab.get_vocab_size())
+    if resume and ModelConfig.from_dict(resume["model_config"]) != mcfg:
+        raise ValueError(
+            f"train.resume: the checkpoint's model config {resume['model_config']} differs from this run's "
+            f"{mcfg.to_dict()}; resume with the same model/norm settings"
+        )
+    model = EncoderDecoder(mcfg).to(device)
+    opt = build_optimizer(model, cfg.optim.lr, tuple(cfg.optim.betas), cfg.optim.weight_decay, cfg.optim.eps)
+    sched = build_scheduler(opt, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay)
+    step, epoch, batch_no = 0, 0, 0
+    if resume:
+        model.load_state_dict(resume["model"])
+        opt.load_state_dict(resume["optimizer"])
+        sched.load_state_dict(resume["scheduler"])
+        step, (epoch, batch_no) = resume["step"], resume["data_position"]
+        set_rng_state(resume["rng"])
+    n_params = sum(p.numel() for p in model.parameters())
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+    def checkpoint(epoch: int, batch_no: int) -> None:
+        save_checkpoint(run_dir / "checkpoint.pt", {
+            "model_config": mcfg.to_dict(), "model": model.state_dict(), "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(), "step": step, "data_position": (epoch, batch_no), "rng": rng_state(),
+            "vocab": {"src": src_vocab.to_str(), "tgt": tgt_vocab.to_str()},
+        })  # fmt: skip
+
+    wandb_run = None
+    if cfg.logger.name == "wandb":
+        n = cfg.norm
+        wandb_run = {
+            "project": cfg.logger.project, "entity": cfg.logger.entity, "group": cfg.logger.group,
+            "name": run_dir.name, "config": OmegaConf.to_container(cfg, resolve=True),
+            "tags": [f"kind={n.kind}", f"impl={n.impl}", f"placement={n.placement}", f"seed={cfg.seed}"],
+        }  # fmt: skip
+    logger = MetricsLogger(run_dir, wandb_run)
+    telemetry = Telemetry(model)
+    print(f"normlab: {n_params / 1e6:.2f}M parameters, norm {mcfg.norm.placement}/{mcfg.norm.kind}/{mcfg.norm.impl}, "
+          f"device {device}, run dir {run_dir}")  # fmt: skip
+
+    stream = train_stream(encoded["train"], tc.max_tokens, cfg.seed, epoch, batch_no)
+    loss_sum = torch.zeros((), device=device)  # summed on the device; read only when logging
+    first_bad_step = torch.full((), -1, device=device)  # first step with a non-finite loss, -1 if none
+    steps_since_log, tokens_since_log, t_log = 0, 0, time.perf_counter()
+    last_good = f"{run_dir / 'checkpoint.pt'} (step {step})" if resume else "none written yet"
+    model.train()
+    try:
+        with tqdm(total=tc.max_steps, initial=step, desc="train", dynamic_ncols=True) as bar:
+            while step < tc.max_steps:
+                epoch, batch_no, batch = next(stream)
+                batch = batch.to(device)
+                step += 1
+                watch = cfg.telemetry.every > 0 and step % cfg.telemetry.every == 0
+                taps = telemetry.watch(batch.src.eq(PAD_ID), batch.tgt_out.eq(PAD_ID)) if watch else nullcontext()
+                with autocast, taps:
+                    logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+                loss = F.cross_entropy(
+                    logits.flatten(0, 1).float(), batch.tgt_out.flatten(),
+                    ignore_index=PAD_ID, label_smoothing=tc.label_smoothing,
+                )  # fmt: skip
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if watch:
+                    telemetry.record_grad_norms()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+                opt.step()
+                sched.step()
+                loss = loss.detach()
+                first_bad_step = torch.where((first_bad_step < 0) & ~torch.isfinite(loss), step, first_bad_step)
+                loss_sum += loss
+                steps_since_log += 1
+                tokens_since_log += batch.n_tgt_tokens
+                bar.update(1)
+
+                evaluate = step % tc.eval_every == 0 or step == tc.max_steps
+                if step % tc.log_every == 0 or watch or evaluate:
+                    bad = int(first_bad_step)  # the one host sync of a logging step
+                    if bad >= 0:
+                        raise NonFiniteLossError(f"non-finite training loss at step {bad}; last finite checkpoint: {last_good}")
+                    elapsed = time.perf_counter() - t_log
+                    metrics = {
+                        "train/loss": loss_sum.item() / steps_since_log,
+                        "optim/lr": sched.get_last_lr()[0],
+                        "optim/grad_norm": grad_norm.item(),
+                        "perf/tokens_per_s": tokens_since_log / elapsed,
+                        "perf/step_ms": 1000 * elapsed / steps_since_log,
+                        **telemetry.collect(),
+                    }
+                    logger.log(step, metrics)
+                    bar.set_postfix(loss=f"{metrics['train/loss']:.3f}", lr=f"{metrics['optim/lr']:.2e}",
+                                    tok_s=f"{metrics['perf/tokens_per_s']:.0f}")  # fmt: skip
+                    loss_sum.zero_()
+                    steps_since_log, tokens_since_log = 0, 0
+                    if evaluate:
+                        g2p = evaluate_g2p(model, valid_words, tgt_vocab, tc.max_tokens, device)
+                        val = {"val/loss": evaluate_loss(model, encoded["valid"], tc.max_tokens, device)}
+                        val.update({f"val/{k}": v for k, v in g2p.items()})
+                        logger.log(step, val)
+                        bar.write(f"step {step}: val loss {val['val/loss']:.3f}, PER {g2p['per']:.2%}, WER {g2p['wer']:.2%}")
+                        checkpoint(epoch, batch_no + 1)
+                        last_good = f"{run_dir / 'checkpoint.pt'} (step {step})"
+                    t_log = time.perf_counter()  # evaluation time is not training throughput
+
+        test = {f"test/{k}": v for k, v in evaluate_g2p(model, test_words, tgt_vocab, tc.max_tokens, device).items()}
+        logger.log(step, test)
+    finally:
+        logger.close()
+    print_summary(run_dir, mcfg, step, test, len(test_words.words))
+    return test
+
+
+def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, test: dict[str, float], n_words: int) -> None:
+    rows = [
+        ("run dir", str(run_dir)),
+        ("norm", f"{mcfg.norm.placement} / {mcfg.norm.kind} / {mcfg.norm.impl}"),
+        ("steps", str(step)),
+        (f"test PER ({n_words} words)", f"{test['test/per']:.2%}"),
+        ("test WER", f"{test['test/wer']:.2%}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    train(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Metrics go to ``metrics.jsonl`` in the run dir (always: the local source of truth) and to
+wandb when ``logger=wandb``.
+
+wandb runs offline when no API key is configured (``WANDB_API_KEY`` or a ``~/.netrc`` entry for
+the wandb host) and ``WANDB_MODE`` is unset; one line then says how to upload with ``wandb sync``.
+"""
+
+import json
+import math
+import netrc
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+
+def wandb_mode() -> str:
+    """``WANDB_MODE`` if set, else ``online`` when an API key is configured, else ``offline``."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return "online" if netrc.netrc().authenticators(host) else "offline"
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return "offline"
+
+
+class MetricsLogger:
+    """Appends one JSON object per logging step to ``run_dir/metrics.jsonl``; mirrors to wandb.
+
+    Args:
+        run_dir: the run directory.
+        wandb_run: kwargs for ``wandb.init`` (project, group, name, tags, config), or None for no wandb.
+    """
+
+    def __init__(self, run_dir: Path, wandb_run: dict[str, Any] | None) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self._file = self.path.open("a", encoding="utf-8")
+        self._wandb = None
+        if wandb_run is not None:
+            import wandb  # only runs that log to wandb pay for importing it
+
+            mode = wandb_mode()
+            self._wandb = wandb.init(dir=str(run_dir), mode=mode, job_type="train", reinit="finish_previous", **wandb_run)
+            for prefix in ("val", "test", "act", "grad", "optim", "perf"):
+                self._wandb.define_metric(f"{prefix}/*", step_metric="trainer/step")
+            if mode == "offline":
+                print(f"wandb is offline (no API key found); upload later with: wandb sync {Path(self._wandb.dir).parent}")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` at training step ``step``. Non-finite values are written as null."""
+        row = {"step": step, **{k: (v if math.isfinite(v) else None) for k, v in metrics.items()}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._wandb is not None:
+            self._wandb.log({"trainer/step": step, **metrics}, step=step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
