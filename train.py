@@ -10,6 +10,7 @@
 import random
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 import hydra
@@ -73,6 +74,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     if cfg.logger.name not in LOGGERS:
         raise ValueError(f"unknown logger {cfg.logger.name!r}; valid: {', '.join(LOGGERS)}")
     device = resolve_device(tc.device)
+    mcfg = model_config(cfg, src_vocab=1, tgt_vocab=1)  # validates sizes and norm now; vocab sizes come below
     resume = load_checkpoint(cfg.train.resume) if cfg.train.resume else None
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -95,7 +97,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     valid_words, test_words = valid_set.subset(tc.eval_max_words), test_set.subset(tc.test_max_words)
 
     # Model, optimizer, schedule; on resume, all of their state and the data position.
-    mcfg = model_config(cfg, src_vocab.get_vocab_size(), tgt_vocab.get_vocab_size())
+    mcfg = replace(mcfg, src_vocab=src_vocab.get_vocab_size(), tgt_vocab=tgt_vocab.get_vocab_size())
     if resume and ModelConfig.from_dict(resume["model_config"]) != mcfg:
         raise ValueError(
             f"train.resume: the checkpoint's model config {resume['model_config']} differs from this run's "

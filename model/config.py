@@ -14,20 +14,30 @@ POSITIONS = ("sinusoidal", "learned")
 
 @dataclass(frozen=True)
 class NormConfig:
-    """The three normalization axes plus eps (see DESIGN.md sec. 3).
+    """The three normalization axes plus eps and bias (see DESIGN.md sec. 3).
+
+    Attributes:
+        kind: ``model.norms.NORM_KINDS``.
+        impl: ``custom`` or ``native`` (layernorm and rmsnorm only).
+        placement: ``model.residual.PLACEMENTS``.
+        eps: numerical-stability constant of the norm.
+        bias: layernorm and dyt learn a shift (beta); ignored by kinds without one.
 
     Raises:
-        ValueError: unknown kind, impl or placement (the message lists the valid ones), or eps <= 0.
+        ValueError: unknown kind, impl or placement, or an impossible combination (native
+            scalenorm, dyt after the residual addition): the message lists the valid ones;
+            eps <= 0.
     """
 
     kind: str = "layernorm"
     impl: str = "custom"
     placement: str = "pre"
     eps: float = 1e-5
+    bias: bool = True
 
     def __post_init__(self) -> None:
         check_norm(self.kind, self.impl)
-        check_placement(self.placement)
+        check_placement(self.placement, self.kind)
         if not self.eps > 0:
             raise ValueError(f"norm.eps must be > 0, got {self.eps!r}")
 

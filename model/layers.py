@@ -8,7 +8,14 @@ from torch import nn
 
 from model.attention import MultiHeadAttention
 from model.config import ModelConfig
-from model.residual import Residual
+from model.residual import Residual, deepnorm_constants
+
+
+def residual_alpha(cfg: ModelConfig, stack: str) -> float:
+    """The residual scale of ``stack`` (``enc`` or ``dec``): DeepNet's alpha, else 1."""
+    if cfg.norm.placement != "deepnorm":
+        return 1.0
+    return deepnorm_constants(cfg.n_enc_layers, cfg.n_dec_layers)[stack][0]
 
 
 class FeedForward(nn.Module):
@@ -33,8 +40,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.self_attn = Residual(attn, cfg.norm, cfg.d_model, cfg.dropout)
-        self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout)
+        alpha = residual_alpha(cfg, "enc")
+        self.self_attn = Residual(attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)
+        self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout, alpha)
 
     def forward(self, x: torch.Tensor, src_pad_mask: torch.Tensor | None) -> torch.Tensor:
         """x: (B, S, D); src_pad_mask: (B, S) bool, True at padding."""
@@ -53,9 +61,10 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, causal=True)
         cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.self_attn = Residual(self_attn, cfg.norm, cfg.d_model, cfg.dropout)
-        self.cross_attn = Residual(cross_attn, cfg.norm, cfg.d_model, cfg.dropout)
-        self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout)
+        alpha = residual_alpha(cfg, "dec")
+        self.self_attn = Residual(self_attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)
+        self.cross_attn = Residual(cross_attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)
+        self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout, alpha)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, src_pad_mask: torch.Tensor | None) -> torch.Tensor:
         """x: (B, T, D); memory: (B, S, D); src_pad_mask: (B, S) bool, True at padding."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-NORM_KINDS = ("layernorm", "rmsnorm")
+NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "none")
 NORM_IMPLS = ("custom", "native")
 
 
@@ -30,22 +30,23 @@ class LayerNorm(nn.Module):
     Args:
         dim: D, the size of the normalized (last) dimension.
         eps: added to the variance inside the square root.
+        bias: learn the shift ``bias`` (False: no shift, as ``nn.LayerNorm(bias=False)``).
 
     Shapes: input (..., D) of any float dtype; output the same shape and dtype.
     """
 
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, bias: bool = True) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         mean = xf.mean(dim=-1, keepdim=True)  # (..., 1)
         var = (xf - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), population variance
-        y = (xf - mean) * torch.rsqrt(var + self.eps)
-        return (y * self.weight.float() + self.bias.float()).to(x.dtype)
+        y = (xf - mean) * torch.rsqrt(var + self.eps) * self.weight.float()
+        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -73,11 +74,57 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(ms + self.eps) * self.weight.float()).to(x.dtype)
 
 
-_REGISTRY: dict[tuple[str, str], Callable[[int, float], nn.Module]] = {
-    ("layernorm", "custom"): LayerNorm,
-    ("layernorm", "native"): lambda dim, eps: nn.LayerNorm(dim, eps=eps),
-    ("rmsnorm", "custom"): RMSNorm,
-    ("rmsnorm", "native"): lambda dim, eps: nn.RMSNorm(dim, eps=eps),
+class ScaleNorm(nn.Module):
+    """ScaleNorm (Nguyen & Salazar 2019, arXiv 1910.05895, eq. 9): ``y = g * x / max(||x||_2, eps)``.
+
+    One learned scalar ``weight`` (g), initialized to sqrt(D) as in the paper, so that the
+    output starts with unit RMS. The L2 norm is taken in float32.
+
+    Shapes: input (..., D); output the same shape and dtype.
+    """
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.tensor([dim**0.5]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        norm = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).clamp_min(self.eps)  # (..., 1)
+        return (xf * (self.weight.float() / norm)).to(x.dtype)
+
+
+class DyT(nn.Module):
+    """Dynamic Tanh (Zhu et al. 2025, "Transformers without Normalization", arXiv 2503.10622,
+    eq. 1): ``y = weight * tanh(alpha * x) + bias``, no statistics at all.
+
+    ``alpha`` is one learned scalar, initialized to 0.5 (the paper's default alpha_0);
+    ``weight`` starts at 1 and ``bias`` at 0. Computed in float32.
+
+    Shapes: input (..., D); output the same shape and dtype.
+    """
+
+    def __init__(self, dim: int, bias: bool = True, alpha_init: float = 0.5) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor([alpha_init]))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.tanh(self.alpha.float() * x.float()) * self.weight.float()
+        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
+
+
+# (kind, impl) -> factory(dim, eps, bias). ``bias`` only matters for kinds that have a shift
+# (layernorm, dyt); the others have none to drop.
+_REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
+    ("layernorm", "custom"): lambda dim, eps, bias: LayerNorm(dim, eps, bias),
+    ("layernorm", "native"): lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
+    ("rmsnorm", "custom"): lambda dim, eps, bias: RMSNorm(dim, eps),
+    ("rmsnorm", "native"): lambda dim, eps, bias: nn.RMSNorm(dim, eps=eps),
+    ("scalenorm", "custom"): lambda dim, eps, bias: ScaleNorm(dim, eps),
+    ("dyt", "custom"): lambda dim, eps, bias: DyT(dim, bias),
+    ("none", "custom"): lambda dim, eps, bias: nn.Identity(),
 }
 
 
@@ -92,18 +139,20 @@ def check_norm(kind: str, impl: str) -> None:
         raise ValueError(f"norm.kind={kind!r} has no impl {impl!r}; valid kind/impl pairs: {valid}")
 
 
-def build_norm(kind: str, dim: int, *, impl: str = "custom", eps: float = 1e-5) -> nn.Module:
+def build_norm(kind: str, dim: int, *, impl: str = "custom", eps: float = 1e-5, bias: bool = True) -> nn.Module:
     """Build the norm ``kind`` over the last dimension of size ``dim``.
 
     Args:
-        kind: one of ``NORM_KINDS``.
+        kind: one of ``NORM_KINDS``; ``none`` is ``nn.Identity`` (the no-norm baseline).
         dim: D, the normalized dimension (d_model).
         impl: ``custom`` (this module, from the formula) or ``native`` (``nn.LayerNorm``,
-            ``nn.RMSNorm``).
+            ``nn.RMSNorm``; only those two kinds have one).
         eps: numerical-stability constant, passed explicitly to native modules too.
+        bias: give layernorm and dyt a learned shift; ignored by kinds without one.
 
     Raises:
-        ValueError: unknown kind or impl (the message lists the valid ones).
+        ValueError: unknown kind or impl, or a kind without that impl (the message lists the
+            valid ones).
     """
     check_norm(kind, impl)
-    return _REGISTRY[(kind, impl)](dim, eps)
+    return _REGISTRY[(kind, impl)](dim, eps, bias)

@@ -11,7 +11,10 @@ from torch import nn
 
 from model.config import ModelConfig
 from model.layers import DecoderLayer, EncoderLayer
-from model.residual import build_final_norm
+from model.residual import build_final_norm, deepnorm_constants
+
+# DeepNet (Wang et al. 2022, Fig. 2) scales the init of these matrices by beta.
+DEEPNORM_SCALED = ("v_proj.weight", "out_proj.weight", "linear1.weight", "linear2.weight")
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -62,6 +65,12 @@ class EncoderDecoder(nn.Module):
                 nn.init.xavier_uniform_(p)
             elif name.endswith(("proj.bias", "linear1.bias", "linear2.bias")):
                 nn.init.zeros_(p)
+        if self.cfg.norm.placement == "deepnorm":  # the paper's pseudocode: xavier_normal_(w, gain=beta or 1)
+            betas = deepnorm_constants(self.cfg.n_enc_layers, self.cfg.n_dec_layers)
+            for stack, layers in (("enc", self.encoder), ("dec", self.decoder)):
+                for name, p in layers.named_parameters():
+                    if p.dim() == 2:
+                        nn.init.xavier_normal_(p, gain=betas[stack][1] if name.endswith(DEEPNORM_SCALED) else 1.0)
 
     def embed(self, tokens: torch.Tensor, table: nn.Embedding) -> torch.Tensor:
         """Token embedding * sqrt(D) + positions, then dropout. (B, L) ids -> (B, L, D)."""

@@ -1,0 +1,135 @@
+"""Benchmarks, printed as ratios measured side by side in one run.
+
+    python scripts/bench.py norms                 # each norm kind x impl, eager and compiled, + a training step per preset
+    python scripts/bench.py norms --no-compile --dims 256
+
+Variants are timed in alternating rounds (A B C A B C ...) so that drift of a shared machine hits
+all of them alike; each figure is the median over rounds. Ratios > 1 are slower than the baseline.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from model import EncoderDecoder, ModelConfig, NormConfig  # noqa: E402
+from model.norms import build_norm  # noqa: E402
+
+# (kind, impl, bias) rows of the norm table; the first is the baseline.
+NORM_VARIANTS = [
+    ("layernorm", "native", True),
+    ("layernorm", "custom", True),
+    ("layernorm", "native", False),
+    ("layernorm", "custom", False),
+    ("rmsnorm", "native", True),
+    ("rmsnorm", "custom", True),
+    ("scalenorm", "custom", True),
+    ("dyt", "custom", True),
+]
+
+
+def time_rounds(fns: dict[str, Callable[[], None]], rounds: int, inner: int) -> dict[str, float]:
+    """Median seconds per call of each fn, alternating fns within each round."""
+    for fn in fns.values():  # warm-up (and compilation)
+        for _ in range(3):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples[name].append((time.perf_counter() - t) / inner)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        x.grad = None
+        module(x).backward(g)
+
+    return run
+
+
+def bench_norms(dims: list[int], rows: int, rounds: int, compile_: bool) -> None:
+    print(f"Forward+backward of one norm on a ({rows}, d) fp32 tensor, {torch.get_num_threads()} threads, "
+          f"device cpu; ratio to native LayerNorm (eager) at the same d.")  # fmt: skip
+    modes = ["eager", "compiled"] if compile_ else ["eager"]
+    header = f"{'kind':<10} {'impl':<7} {'bias':<5} " + " ".join(f"{f'd={d} {m}':>18}" for d in dims for m in modes)
+    print(header)
+    results: dict[tuple, dict[tuple, float]] = {v: {} for v in NORM_VARIANTS}
+    for d in dims:
+        torch.manual_seed(0)
+        x = torch.randn(rows, d, requires_grad=True)
+        g = torch.randn(rows, d)
+        fns = {}
+        for kind, impl, bias in NORM_VARIANTS:
+            module = build_norm(kind, d, impl=impl, bias=bias)
+            fns[(kind, impl, bias, "eager")] = fwd_bwd(module, x, g)
+            if compile_:
+                fns[(kind, impl, bias, "compiled")] = fwd_bwd(torch.compile(module), x, g)
+        times = time_rounds(fns, rounds, inner=5)
+        base = times[("layernorm", "native", True, "eager")]
+        for (kind, impl, bias, mode), t in times.items():
+            results[(kind, impl, bias)][(d, mode)] = t / base
+    for (kind, impl, bias), r in results.items():
+        cells = " ".join(f"{r[(d, m)]:>18.2f}" for d in dims for m in modes)
+        print(f"{kind:<10} {impl:<7} {bias!s:<5} {cells}")
+
+
+def bench_step(rounds: int) -> None:
+    """One training step (forward, backward, AdamW) of the default model per norm preset."""
+    sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "small.yaml"))
+    presets = {p.stem: OmegaConf.to_container(OmegaConf.load(p)) for p in sorted((ROOT / "conf" / "norm").glob("*.yaml"))}
+    variants = {"pre_ln native": {**presets["pre_ln"], "impl": "native"}}
+    variants |= {name: norm for name, norm in presets.items()}
+    variants |= {f"{n} native": {**presets[n], "impl": "native"} for n in ("post_ln", "pre_rms")}
+    torch.manual_seed(0)
+    B, S, T = 400, 10, 10  # a CMUdict batch under the default 4096-token budget
+    src, tgt = torch.randint(4, 31, (B, S)), torch.randint(4, 43, (B, T))
+    fns = {}
+    for name, norm in variants.items():
+        model = EncoderDecoder(ModelConfig(src_vocab=31, tgt_vocab=43, norm=NormConfig(**norm), **sizes))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(model: EncoderDecoder = model, opt: torch.optim.Optimizer = opt) -> None:
+            loss = torch.nn.functional.cross_entropy(model(src, tgt).flatten(0, 1), tgt.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        fns[name] = step
+    times = time_rounds(fns, rounds, inner=2)
+    base = times["pre_ln native"]
+    print(f"\nOne training step of the default model (conf/model/small.yaml, batch {B}x{S}->{T}), "
+          f"ratio to pre_ln with native LayerNorm ({1000 * base:.0f} ms):")  # fmt: skip
+    for name, t in times.items():
+        print(f"  {name:<20} {t / base:6.2f}   ({1000 * t:.0f} ms)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    norms = sub.add_parser("norms", help="norm kinds x impls, and a training step per preset")
+    norms.add_argument("--dims", type=int, nargs="+", default=[256, 512, 1024])
+    norms.add_argument("--rows", type=int, default=8192, help="B*T rows of the benchmarked tensor")
+    norms.add_argument("--rounds", type=int, default=15)
+    norms.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
+    norms.add_argument("--no-step", dest="step", action="store_false", help="skip the training-step table")
+    args = parser.parse_args()
+    if args.what == "norms":
+        bench_norms(args.dims, args.rows, args.rounds, args.compile)
+        if args.step:
+            bench_step(max(args.rounds // 3, 3))
+
+
+if __name__ == "__main__":
+    main()
