@@ -15,7 +15,6 @@ from pathlib import Path
 
 import hydra
 import torch
-import torch.nn.functional as F
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
@@ -25,11 +24,12 @@ from data.batching import Seq2SeqData, train_stream
 from data.cmudict_g2p import load_cmudict
 from data.tokenizer import PAD_ID, build_vocab, encode_all
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.telemetry import Telemetry
+from model.telemetry import Telemetry, TelemetryConfig, first_nonfinite
 from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from training.evaluate import G2PEvalSet, evaluate_g2p, evaluate_loss
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
+from training.step import train_step
 
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("wandb", "none")
@@ -75,6 +75,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
         raise ValueError(f"unknown logger {cfg.logger.name!r}; valid: {', '.join(LOGGERS)}")
     device = resolve_device(tc.device)
     mcfg = model_config(cfg, src_vocab=1, tgt_vocab=1)  # validates sizes and norm now; vocab sizes come below
+    tcfg = TelemetryConfig(**OmegaConf.to_container(cfg.telemetry))
     resume = load_checkpoint(cfg.train.resume) if cfg.train.resume else None
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -132,7 +133,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
             "tags": [f"kind={n.kind}", f"impl={n.impl}", f"placement={n.placement}", f"seed={cfg.seed}"],
         }  # fmt: skip
     logger = MetricsLogger(run_dir, wandb_run)
-    telemetry = Telemetry(model)
+    telemetry = Telemetry(model, tcfg)
     print(f"normlab: {n_params / 1e6:.2f}M parameters, norm {mcfg.norm.placement}/{mcfg.norm.kind}/{mcfg.norm.impl}, "
           f"device {device}, run dir {run_dir}")  # fmt: skip
 
@@ -141,6 +142,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     first_bad_step = torch.full((), -1, device=device)  # first step with a non-finite loss, -1 if none
     steps_since_log, tokens_since_log, t_log = 0, 0, time.perf_counter()
     last_good = f"{run_dir / 'checkpoint.pt'} (step {step})" if resume else "none written yet"
+    first_bad_site = None  # first telemetry metric seen non-finite, named when the loss goes non-finite
     model.train()
     try:
         with tqdm(total=tc.max_steps, initial=step, desc="train", dynamic_ncols=True) as bar:
@@ -148,22 +150,11 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
                 epoch, batch_no, batch = next(stream)
                 batch = batch.to(device)
                 step += 1
-                watch = cfg.telemetry.every > 0 and step % cfg.telemetry.every == 0
-                taps = telemetry.watch(batch.src.eq(PAD_ID), batch.tgt_out.eq(PAD_ID)) if watch else nullcontext()
-                with autocast, taps:
-                    logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-                loss = F.cross_entropy(
-                    logits.flatten(0, 1).float(), batch.tgt_out.flatten(),
-                    ignore_index=PAD_ID, label_smoothing=tc.label_smoothing,
+                record = telemetry.due(step)
+                loss, grad_norm = train_step(
+                    model, batch, opt, sched, telemetry, record=record,
+                    label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast,
                 )  # fmt: skip
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if watch:
-                    telemetry.record_grad_norms()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-                opt.step()
-                sched.step()
-                loss = loss.detach()
                 first_bad_step = torch.where((first_bad_step < 0) & ~torch.isfinite(loss), step, first_bad_step)
                 loss_sum += loss
                 steps_since_log += 1
@@ -171,20 +162,29 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
                 bar.update(1)
 
                 evaluate = step % tc.eval_every == 0 or step == tc.max_steps
-                if step % tc.log_every == 0 or watch or evaluate:
-                    bad = int(first_bad_step)  # the one host sync of a logging step
+                if step % tc.log_every == 0 or record or evaluate:
+                    stats = telemetry.collect()  # the one host transfer of a logging step
+                    if first_bad_site is None and (first_bad_site := first_nonfinite(stats)):
+                        bar.write(f"step {step}: first non-finite telemetry value at {first_bad_site}")
+                    bad = int(first_bad_step)
                     if bad >= 0:
-                        raise NonFiniteLossError(f"non-finite training loss at step {bad}; last finite checkpoint: {last_good}")
+                        where = f"; first non-finite activation: {first_bad_site}" if first_bad_site else ""
+                        raise NonFiniteLossError(f"non-finite training loss at step {bad}{where}; "
+                                                 f"last finite checkpoint: {last_good}")  # fmt: skip
                     elapsed = time.perf_counter() - t_log
                     metrics = {
                         "train/loss": loss_sum.item() / steps_since_log,
                         "optim/lr": sched.get_last_lr()[0],
                         "optim/grad_norm": grad_norm.item(),
+                        "optim/grad_norm_clipped": torch.nn.utils.get_total_norm(
+                            [p.grad for p in model.parameters() if p.grad is not None]).item(),
                         "perf/tokens_per_s": tokens_since_log / elapsed,
                         "perf/step_ms": 1000 * elapsed / steps_since_log,
-                        **telemetry.collect(),
-                    }
+                        **stats,
+                    }  # fmt: skip
                     logger.log(step, metrics)
+                    if stats:
+                        logger.log_depth_profile(step, stats)
                     bar.set_postfix(loss=f"{metrics['train/loss']:.3f}", lr=f"{metrics['optim/lr']:.2e}",
                                     tok_s=f"{metrics['perf/tokens_per_s']:.0f}")  # fmt: skip
                     loss_sum.zero_()

@@ -1,79 +1,259 @@
-"""Per-layer activation-scale and gradient-norm telemetry, reduced on the device.
+"""Per-layer activation-scale, gradient and update telemetry, reduced on the device.
 
-Names (stable, see DESIGN.md sec. 5):
-- ``act/{enc|dec}.{i}.out/rms``: RMS of the residual stream leaving block i,
-  sqrt(sum x^2 / (n_positions * D)) over non-padding positions;
-- ``act/{enc|dec}.{i}.out/maxabs``: max |x| over non-padding positions;
-- ``grad/{enc|dec}.{i}/norm``: L2 norm of the gradient of all of block i's parameters.
+Names (stable; DESIGN.md sec. 5). ``{s}`` is ``enc`` or ``dec``, ``{i}`` the layer, ``{r}`` a
+residual sublayer (``self_attn``, ``cross_attn``, ``ffn``), ``{slot}`` a filled norm slot
+(``norm_in``, ``norm_branch``, ``norm_out``):
 
-Statistics stay as device tensors until :meth:`Telemetry.collect`, which moves them to the
-host in one transfer. Hooks exist only inside :meth:`Telemetry.watch`, so steps that do not log
-pay nothing. Hooks only read their tensors: outputs are identical with telemetry on or off.
+=============  ==========================================  ===============================
+site           metric                                      tensor
+=============  ==========================================  ===============================
+embed          ``act/{s}.embed/{stat}``                    embedding output (stack input)
+in             ``act/{s}.{i}.in/{stat}``                   residual stream entering block i
+branch         ``act/{s}.{i}.{r}/{stat}``                  branch output F(.) before dropout
+norm           ``act/{s}.{i}.{r}.{slot}/{stat}``           each norm's output
+out            ``act/{s}.{i}.out/{stat}``                  residual stream leaving block i
+final_norm     ``act/{s}.final_norm/{stat}``               the stack's final norm (pre, sandwich)
+=============  ==========================================  ===============================
+
+Stats over non-padding positions, x of shape (B, L, D), n = (non-padding positions) * D:
+``rms`` = sqrt(sum x^2 / n); ``mean`` = sum x / n; ``maxabs`` = max |x|; ``crest`` = maxabs / rms
+(the crest factor: ~3-4 for Gaussian activations, large when a few "massive activations" stand
+out, Sun et al. 2024).
+
+Also: ``grad/{s}.{i}/norm`` (L2 norm of block i's parameter gradients, before clipping),
+``update/{s}.{i}/ratio`` (||w_after - w_before|| / ||w_before|| of one optimizer step), and
+``attn/{s}.{i}.{self_attn|cross_attn}/entropy`` (attention entropy in nats, mean over heads and
+non-padding queries; recomputed from q and k, so only the ``full`` preset turns it on).
+
+Cost: hooks exist only inside :meth:`Telemetry.watch`, so steps that do not record pay nothing;
+statistics stay on the device until :meth:`Telemetry.collect` moves them in one transfer. Hooks
+only read tensors (under ``no_grad``): outputs are bit-identical with telemetry on or off.
 """
 
+import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from model.attention import MultiHeadAttention
 from model.transformer import EncoderDecoder
+
+SITES = ("embed", "in", "branch", "norm", "out", "final_norm")
+STATS = ("rms", "mean", "maxabs", "crest")
+RESIDUALS = ("self_attn", "cross_attn", "ffn")
+NORM_SLOTS = ("norm_in", "norm_branch", "norm_out")
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    """What to record and how often.
+
+    Attributes:
+        every: steps between records; 0 turns telemetry off.
+        sites: activation sites, a subset of ``SITES``.
+        stats: statistics per site, a subset of ``STATS``.
+        grads: record ``grad/{s}.{i}/norm``.
+        updates: record ``update/{s}.{i}/ratio`` (copies the weights before the step).
+        attn_entropy: record ``attn/.../entropy`` (recomputes the attention matrix).
+
+    Raises:
+        ValueError: an unknown site or stat (the message lists the valid ones), or every < 0.
+    """
+
+    every: int = 50
+    sites: tuple[str, ...] = SITES
+    stats: tuple[str, ...] = STATS
+    grads: bool = True
+    updates: bool = False
+    attn_entropy: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.every, int) or self.every < 0:
+            raise ValueError(f"telemetry.every must be an integer >= 0, got {self.every!r}")
+        for key, given, valid in (("sites", self.sites, SITES), ("stats", self.stats, STATS)):
+            unknown = [v for v in given if v not in valid]
+            if unknown:
+                raise ValueError(f"unknown telemetry.{key} {unknown}; valid {key}: {', '.join(valid)}")
+        object.__setattr__(self, "sites", tuple(self.sites))
+        object.__setattr__(self, "stats", tuple(self.stats))
 
 
 class Telemetry:
-    """Collects activation statistics of one forward pass and per-block gradient norms."""
+    """Collects the configured statistics of one training step; see the module docstring."""
 
-    def __init__(self, model: EncoderDecoder) -> None:
+    def __init__(self, model: EncoderDecoder, cfg: TelemetryConfig) -> None:
         self.model = model
+        self.cfg = cfg
         self._stats: dict[str, torch.Tensor] = {}
+        self._before: dict[str, list[torch.Tensor]] = {}
 
-    def _blocks(self) -> Iterator[tuple[str, str, nn.Module]]:
-        for stack in ("enc", "dec"):
-            layers = self.model.encoder if stack == "enc" else self.model.decoder
+    def due(self, step: int) -> bool:
+        """Whether step ``step`` records (every ``cfg.every`` steps; never when every = 0)."""
+        return self.cfg.every > 0 and step % self.cfg.every == 0
+
+    def stacks(self) -> Iterator[tuple[str, nn.Module, nn.ModuleList, nn.Module]]:
+        """(``enc``/``dec``, embedding, layers, final norm) in forward order."""
+        m = self.model
+        yield "enc", m.src_embed, m.encoder, m.enc_final_norm
+        yield "dec", m.tgt_embed, m.decoder, m.dec_final_norm
+
+    def blocks(self) -> Iterator[tuple[str, nn.Module]]:
+        """(``enc.{i}`` / ``dec.{i}``, layer) in forward order."""
+        for stack, _, layers, _ in self.stacks():
+            yield from ((f"{stack}.{i}", layer) for i, layer in enumerate(layers))
+
+    def _taps(self) -> Iterator[tuple[str, str, bool, nn.Module]]:
+        """(metric site, stack, on_input, module) for every configured site, in forward order;
+        ``on_input`` taps the module's input (a forward pre-hook) instead of its output."""
+        sites = self.cfg.sites
+        for stack, embed, layers, final in self.stacks():
+            if "embed" in sites:
+                yield f"{stack}.embed", stack, False, embed
             for i, layer in enumerate(layers):
-                yield stack, f"{stack}.{i}", layer
+                name = f"{stack}.{i}"
+                if "in" in sites:
+                    yield f"{name}.in", stack, True, layer
+                for r in (r for r in RESIDUALS if hasattr(layer, r)):
+                    residual = getattr(layer, r)
+                    if "branch" in sites:
+                        yield f"{name}.{r}", stack, False, residual.branch
+                    for slot in (s for s in NORM_SLOTS if "norm" in sites):
+                        if not isinstance(getattr(residual, slot), nn.Identity):
+                            yield f"{name}.{r}.{slot}", stack, False, getattr(residual, slot)
+                if "out" in sites:
+                    yield f"{name}.out", stack, False, layer
+            if "final_norm" in sites and not isinstance(final, nn.Identity):
+                yield f"{stack}.final_norm", stack, False, final
 
     @contextmanager
     def watch(self, src_pad_mask: torch.Tensor, tgt_pad_mask: torch.Tensor) -> Iterator[None]:
-        """Record the residual-stream scale after every block during the forward passes inside.
+        """Record activation statistics (and attention entropy) of the forward passes inside.
 
         Args:
             src_pad_mask: (B, S) bool, True at src padding; excluded from encoder statistics.
             tgt_pad_mask: (B, T) bool, True at tgt padding; excluded from decoder statistics.
         """
-        keep = {"enc": ~src_pad_mask, "dec": ~tgt_pad_mask}
+        keep = {"enc": (~src_pad_mask)[..., None].float(), "dec": (~tgt_pad_mask)[..., None].float()}  # (B, L, 1)
+        count = {s: k.sum() for s, k in keep.items()}
         handles = []
-        for stack, name, layer in self._blocks():
+        for site, stack, on_input, module in self._taps():
 
-            def hook(module: nn.Module, args: tuple, out: torch.Tensor, name: str = name, stack: str = stack) -> None:
-                self._record(f"act/{name}.out", out.detach(), keep[stack])
+            def hook(mod: nn.Module, args: tuple, out: torch.Tensor | None = None, site: str = site, stack: str = stack) -> None:
+                x = args[0] if out is None else out
+                self._activation_stats(f"act/{site}", x.detach(), keep[stack], count[stack])
 
-            handles.append(layer.register_forward_hook(hook))
+            register = module.register_forward_pre_hook if on_input else module.register_forward_hook
+            handles.append(register(hook))
+        if self.cfg.attn_entropy:
+            for name, layer in self.blocks():
+                queries = ~(tgt_pad_mask if name.startswith("dec") else src_pad_mask)
+                for r in (r for r in ("self_attn", "cross_attn") if hasattr(layer, r)):
+                    hook = self._entropy_hook(f"attn/{name}.{r}", queries)
+                    handles.append(getattr(layer, r).branch.register_forward_hook(hook))
         try:
             yield
         finally:
             for h in handles:
                 h.remove()
 
-    def _record(self, site: str, x: torch.Tensor, keep: torch.Tensor) -> None:
-        m = keep[..., None].to(torch.float32)  # (B, L, 1)
-        xf = x.float()
-        n = m.sum() * x.shape[-1]
-        self._stats[f"{site}/rms"] = torch.sqrt((xf.pow(2) * m).sum() / n)
-        self._stats[f"{site}/maxabs"] = (xf.abs() * m).amax()
+    @torch.no_grad()
+    def _activation_stats(self, site: str, x: torch.Tensor, keep: torch.Tensor, count: torch.Tensor) -> None:
+        xf = x.float() * keep  # (B, L, D), zeros at padding
+        n = count * x.shape[-1]
+        stats = self.cfg.stats
+        rms = torch.sqrt(xf.pow(2).sum() / n)
+        if "rms" in stats:
+            self._stats[f"{site}/rms"] = rms
+        if "mean" in stats:
+            self._stats[f"{site}/mean"] = xf.sum() / n
+        if "maxabs" in stats or "crest" in stats:
+            maxabs = xf.abs().amax()
+            if "maxabs" in stats:
+                self._stats[f"{site}/maxabs"] = maxabs
+            if "crest" in stats:
+                self._stats[f"{site}/crest"] = maxabs / rms
+
+    def _entropy_hook(self, name: str, keep_queries: torch.Tensor):
+        @torch.no_grad()
+        def hook(attn: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
+            x = args[0].detach()
+            kv = x if len(args) < 2 or args[1] is None else args[1].detach()
+            key_pad = args[2] if len(args) > 2 else None
+            B, T, D = x.shape
+            S, H = kv.shape[1], attn.n_heads
+            q = attn.q_proj(x).view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, K)
+            k = attn.k_proj(kv).view(B, S, H, D // H).transpose(1, 2)  # (B, H, S, K)
+            scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(D // H)  # (B, H, T, S)
+            if key_pad is not None:
+                scores = scores.masked_fill(key_pad[:, None, None, :], float("-inf"))
+            if attn.causal:
+                scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+            entropy = torch.special.entr(scores.softmax(-1)).sum(-1).mean(1)  # (B, T), mean over heads
+            w = keep_queries.float()
+            self._stats[f"{name}/entropy"] = (entropy * w).sum() / w.sum()
+
+        return hook
 
     def record_grad_norms(self) -> None:
         """Store each block's gradient norm; call after ``backward`` and before clipping."""
-        for _, name, layer in self._blocks():
+        if not self.cfg.grads:
+            return
+        for name, layer in self.blocks():
             norms = [torch.linalg.vector_norm(p.grad) for p in layer.parameters() if p.grad is not None]
             if norms:
                 self._stats[f"grad/{name}/norm"] = torch.linalg.vector_norm(torch.stack(norms))
 
+    @contextmanager
+    def watch_update(self) -> Iterator[None]:
+        """Around ``optimizer.step()``: record ||w_after - w_before|| / ||w_before|| per block."""
+        if not self.cfg.updates:
+            yield
+            return
+        before = {name: [p.detach().clone() for p in layer.parameters()] for name, layer in self.blocks()}
+        yield
+        with torch.no_grad():
+            for name, layer in self.blocks():
+                pairs = zip(layer.parameters(), before[name], strict=True)
+                delta = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p - b) for p, b in pairs]))
+                weight = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b) for b in before[name]]))
+                self._stats[f"update/{name}/ratio"] = delta / weight
+
     def collect(self) -> dict[str, float]:
-        """All recorded statistics as Python floats (one device-to-host transfer), then reset."""
+        """All recorded statistics as Python floats (one device-to-host transfer), then reset.
+
+        Keys come in forward order (embeddings, block 0 in, ..., final norm), so the first
+        non-finite one is where a diverging run first went wrong (see :func:`first_nonfinite`).
+        """
         if not self._stats:
             return {}
         names = list(self._stats)
         values = torch.stack([self._stats[k].float() for k in names]).tolist()
         self._stats.clear()
         return dict(zip(names, values, strict=True))
+
+
+def first_nonfinite(stats: dict[str, float]) -> str | None:
+    """The first metric name (in recording order) whose value is NaN or inf, or None."""
+    return next((k for k, v in stats.items() if not math.isfinite(v)), None)
+
+
+_BLOCK_METRIC = re.compile(r"act/(enc|dec)\.(\d+)\.(.+)/(\w+)")
+
+
+def depth_profile(stats: dict[str, float], stat: str = "rms") -> dict[str, list[tuple[int, float]]]:
+    """Per-block metrics ``act/{enc|dec}.{i}.{site}/{stat}`` as lines of (depth, value) per site.
+
+    Depth runs over the encoder, then the decoder (decoder block i sits at n_enc_layers + i),
+    so one axis spans the whole model. Sites outside blocks (embed, final_norm) are left out.
+    """
+    matches = ((_BLOCK_METRIC.fullmatch(k), v) for k, v in stats.items())
+    found = [(m.group(1), int(m.group(2)), m.group(3), v) for m, v in matches if m and m.group(4) == stat]
+    n_enc = 1 + max((i for s, i, _, _ in found if s == "enc"), default=-1)
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for stack, i, site, value in found:
+        lines.setdefault(site, []).append((i + (n_enc if stack == "dec" else 0), value))
+    return lines

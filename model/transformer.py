@@ -28,24 +28,45 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     return table
 
 
+class Embedding(nn.Module):
+    """Token embedding * sqrt(D) + positions, then dropout (Vaswani et al. 2017, sec. 3.4-3.5).
+
+    One instance per stack, so telemetry can watch the encoder's and decoder's inputs apart.
+    Shapes: (B, L) ids -> (B, L, D).
+    """
+
+    def __init__(self, vocab: int, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tokens = nn.Embedding(vocab, cfg.d_model)
+        if cfg.positions == "learned":
+            self.positions = nn.Embedding(cfg.max_len, cfg.d_model)
+        else:
+            self.register_buffer("pos_table", sinusoidal_table(cfg.max_len, cfg.d_model), persistent=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        L = tokens.shape[1]
+        if L > self.cfg.max_len:
+            raise ValueError(f"sequence of {L} tokens exceeds model.max_len={self.cfg.max_len}")
+        pos = self.positions.weight[:L] if self.cfg.positions == "learned" else self.pos_table[:L]  # (L, D)
+        return self.dropout(self.tokens(tokens) * math.sqrt(self.cfg.d_model) + pos)
+
+
 class EncoderDecoder(nn.Module):
     """Encoder-decoder Transformer; norm kind/impl/placement come from ``cfg.norm``.
 
     Module paths are stable across placements (empty norm slots are ``nn.Identity``):
-    ``encoder.{i}``, ``decoder.{i}``, ``enc_final_norm``, ``dec_final_norm``.
+    ``src_embed``, ``encoder.{i}``, ``enc_final_norm``, ``tgt_embed``, ``decoder.{i}``,
+    ``dec_final_norm``, ``output``.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
         D = cfg.d_model
-        self.src_embed = nn.Embedding(cfg.src_vocab, D)
-        self.tgt_embed = nn.Embedding(cfg.tgt_vocab, D)
-        if cfg.positions == "learned":
-            self.pos_embed = nn.Embedding(cfg.max_len, D)
-        else:
-            self.register_buffer("pos_table", sinusoidal_table(cfg.max_len, D), persistent=False)
-        self.embed_dropout = nn.Dropout(cfg.dropout)
+        self.src_embed = Embedding(cfg.src_vocab, cfg)
+        self.tgt_embed = Embedding(cfg.tgt_vocab, cfg)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_enc_layers))
         self.enc_final_norm = build_final_norm(cfg.norm, D)
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
@@ -53,7 +74,7 @@ class EncoderDecoder(nn.Module):
         self.output = nn.Linear(D, cfg.tgt_vocab, bias=False)
         self._init_weights()
         if cfg.tie_embeddings:  # Press & Wolf 2017; Vaswani et al. sec. 3.4
-            self.output.weight = self.tgt_embed.weight
+            self.output.weight = self.tgt_embed.tokens.weight
 
     def _init_weights(self) -> None:
         # Xavier-uniform matrices and zero biases as in torch.nn.Transformer; embeddings
@@ -72,24 +93,16 @@ class EncoderDecoder(nn.Module):
                     if p.dim() == 2:
                         nn.init.xavier_normal_(p, gain=betas[stack][1] if name.endswith(DEEPNORM_SCALED) else 1.0)
 
-    def embed(self, tokens: torch.Tensor, table: nn.Embedding) -> torch.Tensor:
-        """Token embedding * sqrt(D) + positions, then dropout. (B, L) ids -> (B, L, D)."""
-        L = tokens.shape[1]
-        if L > self.cfg.max_len:
-            raise ValueError(f"sequence of {L} tokens exceeds model.max_len={self.cfg.max_len}")
-        pos = self.pos_embed.weight[:L] if self.cfg.positions == "learned" else self.pos_table[:L]
-        return self.embed_dropout(table(tokens) * math.sqrt(self.cfg.d_model) + pos)
-
     def encode(self, src: torch.Tensor, src_pad_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_pad_mask (B, S) bool -> memory (B, S, D)."""
-        x = self.embed(src, self.src_embed)
+        x = self.src_embed(src)
         for layer in self.encoder:
             x = layer(x, src_pad_mask)
         return self.enc_final_norm(x)
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_pad_mask: torch.Tensor) -> torch.Tensor:
         """tgt_in (B, T) ids, memory (B, S, D), src_pad_mask (B, S) -> logits (B, T, V)."""
-        x = self.embed(tgt_in, self.tgt_embed)
+        x = self.tgt_embed(tgt_in)
         for layer in self.decoder:
             x = layer(x, memory, src_pad_mask)
         return self.output(self.dec_final_norm(x))

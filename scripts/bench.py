@@ -2,6 +2,7 @@
 
     python scripts/bench.py norms                 # each norm kind x impl, eager and compiled, + a training step per preset
     python scripts/bench.py norms --no-compile --dims 256
+    python scripts/bench.py telemetry             # step-time overhead of telemetry=light|full vs off
 
 Variants are timed in alternating rounds (A B C A B C ...) so that drift of a shared machine hits
 all of them alike; each figure is the median over rounds. Ratios > 1 are slower than the baseline.
@@ -20,8 +21,14 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from contextlib import nullcontext  # noqa: E402
+
+from data.batching import Batch  # noqa: E402
 from model import EncoderDecoder, ModelConfig, NormConfig  # noqa: E402
 from model.norms import build_norm  # noqa: E402
+from model.telemetry import Telemetry, TelemetryConfig  # noqa: E402
+from training.optim import build_optimizer, build_scheduler  # noqa: E402
+from training.step import train_step  # noqa: E402
 
 # (kind, impl, bias) rows of the norm table; the first is the baseline.
 NORM_VARIANTS = [
@@ -36,10 +43,10 @@ NORM_VARIANTS = [
 ]
 
 
-def time_rounds(fns: dict[str, Callable[[], None]], rounds: int, inner: int) -> dict[str, float]:
+def time_rounds(fns: dict[str, Callable[[], None]], rounds: int, inner: int, warmup: int = 3) -> dict[str, float]:
     """Median seconds per call of each fn, alternating fns within each round."""
     for fn in fns.values():  # warm-up (and compilation)
-        for _ in range(3):
+        for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
@@ -118,6 +125,50 @@ def bench_step(rounds: int) -> None:
         print(f"  {name:<20} {t / base:6.2f}   ({1000 * t:.0f} ms)")
 
 
+def default_model_and_batch() -> tuple[EncoderDecoder, Batch]:
+    """The default model (conf/model/small.yaml, norm=pre_ln) and a CMUdict-shaped batch of
+    400 words, 10 letters -> 10 phonemes (the default 4096-token budget)."""
+    sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "small.yaml"))
+    norm = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "norm" / "pre_ln.yaml"))
+    torch.manual_seed(0)
+    model = EncoderDecoder(ModelConfig(src_vocab=31, tgt_vocab=43, norm=NormConfig(**norm), **sizes))
+    B, S, T = 400, 10, 10
+    src, tgt = torch.randint(4, 31, (B, S)), torch.randint(4, 43, (B, T + 1))
+    return model, Batch(src, tgt[:, :-1], tgt[:, 1:], list(range(B)), B * T)
+
+
+def bench_telemetry(rounds: int, window: int) -> None:
+    """Step time of each conf/telemetry preset relative to ``off``, over windows of ``window``
+    consecutive training steps (so ``light``, recording every 50 steps, records once per 50)."""
+    presets = {
+        p.stem: TelemetryConfig(**OmegaConf.to_container(OmegaConf.load(p))) for p in (ROOT / "conf" / "telemetry").glob("*.yaml")
+    }
+    fns = {}
+    for name in ["off"] + sorted(set(presets) - {"off"}):
+        model, batch = default_model_and_batch()
+        opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
+        sched = build_scheduler(opt, 0, 10**9, "constant")
+        tele = Telemetry(model, presets[name])
+
+        def window_of_steps(model=model, batch=batch, opt=opt, sched=sched, tele=tele) -> None:
+            for step in range(1, window + 1):
+                record = tele.due(step)
+                train_step(
+                    model, batch, opt, sched, tele, record=record, label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext()
+                )
+                if record:
+                    tele.collect()  # the host transfer of a logging step
+
+        fns[name] = window_of_steps
+    times = time_rounds(fns, rounds, inner=1, warmup=1)
+    base = times["off"]
+    print(f"Training-step time with telemetry, default model, windows of {window} steps, "
+          f"median of {rounds} alternating rounds; ratio to telemetry=off ({1000 * base / window:.0f} ms/step):")  # fmt: skip
+    for name, t in times.items():
+        every = presets[name].every
+        print(f"  {name:<6} (every {every:>2} steps)  {t / base:6.3f}   ({1000 * t / window:.0f} ms/step)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -127,7 +178,12 @@ def main() -> None:
     norms.add_argument("--rounds", type=int, default=15)
     norms.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
     norms.add_argument("--no-step", dest="step", action="store_false", help="skip the training-step table")
+    tele = sub.add_parser("telemetry", help="step-time overhead of each telemetry preset vs off")
+    tele.add_argument("--rounds", type=int, default=5)
+    tele.add_argument("--window", type=int, default=50, help="consecutive steps per timing (light records once per 50)")
     args = parser.parse_args()
+    if args.what == "telemetry":
+        bench_telemetry(args.rounds, args.window)
     if args.what == "norms":
         bench_norms(args.dims, args.rows, args.rounds, args.compile)
         if args.step:

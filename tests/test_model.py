@@ -45,7 +45,7 @@ def test_output_shape_and_tied_projection():
     model = make_model()
     logits = model(torch.randint(4, 20, (3, 9)), torch.randint(4, 24, (3, 6)))
     assert logits.shape == (3, 6, 24)
-    assert model.output.weight is model.tgt_embed.weight
+    assert model.output.weight is model.tgt_embed.tokens.weight
 
 
 def test_final_norm_only_for_pre():

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from model.telemetry import depth_profile
+
 
 def wandb_mode() -> str:
     """``WANDB_MODE`` if set, else ``online`` when an API key is configured, else ``offline``."""
@@ -44,7 +46,8 @@ class MetricsLogger:
 
             mode = wandb_mode()
             self._wandb = wandb.init(dir=str(run_dir), mode=mode, job_type="train", reinit="finish_previous", **wandb_run)
-            for prefix in ("val", "test", "act", "grad", "optim", "perf"):
+            self._wandb.define_metric("trainer/step")
+            for prefix in ("train", "val", "test", "optim", "perf", "act", "grad", "update", "attn"):
                 self._wandb.define_metric(f"{prefix}/*", step_metric="trainer/step")
             if mode == "offline":
                 print(f"wandb is offline (no API key found); upload later with: wandb sync {Path(self._wandb.dir).parent}")
@@ -56,6 +59,22 @@ class MetricsLogger:
         self._file.flush()
         if self._wandb is not None:
             self._wandb.log({"trainer/step": step, **metrics}, step=step)
+
+    def log_depth_profile(self, step: int, stats: dict[str, float]) -> None:
+        """A wandb line plot of activation RMS vs depth (x = block index, encoder then decoder;
+        one line per site) at this step. The same numbers are already in metrics.jsonl."""
+        if self._wandb is None:
+            return
+        import wandb
+
+        profile = depth_profile(stats)
+        if not profile:
+            return
+        sites = sorted(profile)
+        xs = sorted({x for site in sites for x, _ in profile[site]})
+        ys = [[dict(profile[site]).get(x, float("nan")) for x in xs] for site in sites]
+        chart = wandb.plot.line_series(xs=xs, ys=ys, keys=sites, title=f"RMS vs depth, step {step}", xname="block (enc then dec)")
+        self._wandb.log({"act/rms_vs_depth": chart}, step=step)
 
     def close(self) -> None:
         self._file.close()

@@ -1,0 +1,184 @@
+"""Telemetry: values equal hand computation, padding-free, side-effect-free, and the trends of
+Xiong et al. 2020 measured with normlab's own telemetry at initialization."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import EncoderDecoder, ModelConfig, NormConfig
+from model.telemetry import STATS, Telemetry, TelemetryConfig, depth_profile, first_nonfinite
+
+FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True)
+
+
+def make(placement="pre", kind="layernorm", n=2, d=32, seed=0) -> EncoderDecoder:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(src_vocab=30, tgt_vocab=40, d_model=d, n_heads=4, d_ff=2 * d, n_enc_layers=n, n_dec_layers=n,
+                      dropout=0.0, norm=NormConfig(kind=kind, placement=placement))  # fmt: skip
+    return EncoderDecoder(cfg)
+
+
+def batch(seed=0, pad=True):
+    g = torch.Generator().manual_seed(seed)
+    src, tgt_in, tgt_out = (torch.randint(4, 30, (6, 9), generator=g) for _ in range(3))
+    if pad:  # right padding of different lengths
+        for row, n in enumerate([0, 2, 4, 1, 3, 5]):
+            if n:
+                src[row, -n:] = 0
+                tgt_in[row, -n:] = 0
+                tgt_out[row, -n:] = 0
+    return src, tgt_in, tgt_out
+
+
+def record(model, src, tgt_in, tgt_out, cfg=FULL) -> dict[str, float]:
+    tele = Telemetry(model, cfg)
+    with tele.watch(src.eq(0), tgt_out.eq(0)):
+        logits = model(src, tgt_in)
+    F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
+    tele.record_grad_norms()
+    return tele.collect()
+
+
+def test_hook_statistics_equal_hand_computation():
+    model = make().eval()
+    src, tgt_in, tgt_out = batch()
+    stats = record(model, src, tgt_in, tgt_out)
+    keep = ~src.eq(0)
+    with torch.no_grad():
+        x = model.src_embed(src)
+        x = model.encoder[0](x, src.eq(0))
+        attn_out = model.encoder[1].self_attn.branch(model.encoder[1].self_attn.norm_in(x), None, src.eq(0))
+    real = x[keep]  # (n, D): non-padding positions only
+    assert stats["act/enc.0.out/rms"] == pytest.approx(real.pow(2).mean().sqrt().item(), rel=1e-5)
+    assert stats["act/enc.0.out/mean"] == pytest.approx(real.mean().item(), rel=1e-4, abs=1e-7)
+    assert stats["act/enc.0.out/maxabs"] == pytest.approx(real.abs().max().item(), rel=1e-6)
+    assert stats["act/enc.0.out/crest"] == pytest.approx((real.abs().max() / real.pow(2).mean().sqrt()).item(), rel=1e-5)
+    assert stats["act/enc.1.in/rms"] == stats["act/enc.0.out/rms"]
+    assert stats["act/enc.1.self_attn/rms"] == pytest.approx(attn_out[keep].pow(2).mean().sqrt().item(), rel=1e-5)
+    grads = [p.grad.norm() for p in model.decoder[1].parameters()]
+    assert stats["grad/dec.1/norm"] == pytest.approx(torch.stack(grads).norm().item(), rel=1e-5)
+
+
+def test_every_site_is_named_and_norm_outputs_are_normalized():
+    stats = record(make("sandwich"), *batch())
+    for stat in STATS:
+        for site in ("enc.embed", "enc.0.in", "enc.0.self_attn", "enc.0.self_attn.norm_in", "enc.0.self_attn.norm_branch",
+                     "enc.0.ffn", "enc.1.out", "enc.final_norm", "dec.embed", "dec.1.cross_attn", "dec.1.cross_attn.norm_branch",
+                     "dec.final_norm"):  # fmt: skip
+            assert f"act/{site}/{stat}" in stats
+    # A LayerNorm with gamma=1, beta=0 outputs rows of zero mean and unit RMS.
+    assert stats["act/dec.0.ffn.norm_in/rms"] == pytest.approx(1.0, abs=1e-4)
+    assert stats["act/dec.0.ffn.norm_in/mean"] == pytest.approx(0.0, abs=1e-5)
+    assert "attn/dec.1.cross_attn/entropy" in stats and "grad/enc.0/norm" in stats
+
+
+def test_padding_changes_no_statistic():
+    model = make().eval()
+    src, tgt_in, tgt_out = batch()
+    base = record(model, src, tgt_in, tgt_out)
+    model.zero_grad()
+    pad = lambda t: torch.cat([t, torch.zeros(t.shape[0], 4, dtype=t.dtype)], dim=1)  # noqa: E731
+    padded = record(model, pad(src), pad(tgt_in), pad(tgt_out))
+    assert base.keys() == padded.keys()
+    for key, value in base.items():
+        assert padded[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("placement", ["post", "pre", "sandwich", "deepnorm"])
+def test_outputs_are_bit_identical_with_telemetry_on_and_off(placement):
+    model = make(placement).eval()
+    src, tgt_in, tgt_out = batch()
+    plain = model(src, tgt_in)
+    with Telemetry(model, FULL).watch(src.eq(0), tgt_out.eq(0)):
+        watched = model(src, tgt_in)
+    assert torch.equal(plain, watched)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # nothing left behind
+
+
+def test_attention_entropy_of_uniform_attention_is_log_of_key_count():
+    model = make().eval()
+    for residual in [layer.self_attn for layer in model.encoder] + [
+        r for layer in model.decoder for r in (layer.self_attn, layer.cross_attn)
+    ]:
+        torch.nn.init.zeros_(residual.branch.q_proj.weight)  # all scores equal: uniform attention
+        torch.nn.init.zeros_(residual.branch.q_proj.bias)
+    src, tgt_in, tgt_out = batch(pad=False)  # 9 keys everywhere
+    stats = record(model, src, tgt_in, tgt_out)
+    assert stats["attn/enc.0.self_attn/entropy"] == pytest.approx(math.log(9), rel=1e-5)
+    assert stats["attn/dec.1.cross_attn/entropy"] == pytest.approx(math.log(9), rel=1e-5)
+    # Causal: query t attends uniformly over t + 1 keys.
+    assert stats["attn/dec.0.self_attn/entropy"] == pytest.approx(sum(math.log(t + 1) for t in range(9)) / 9, rel=1e-5)
+
+
+def test_update_ratio_equals_hand_computation():
+    model = make()
+    src, tgt_in, tgt_out = batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tele = Telemetry(model, FULL)
+    F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
+    before = [p.detach().clone() for p in model.encoder[0].parameters()]
+    grads = [p.grad.clone() for p in model.encoder[0].parameters()]
+    with tele.watch_update():
+        opt.step()
+    expected = 0.1 * torch.cat([g.flatten() for g in grads]).norm() / torch.cat([b.flatten() for b in before]).norm()
+    assert tele.collect()["update/enc.0/ratio"] == pytest.approx(expected.item(), rel=1e-4)
+
+
+def test_unknown_site_or_stat_lists_the_valid_ones():
+    with pytest.raises(
+        ValueError, match="unknown telemetry.sites \\['outt'\\]; valid sites: embed, in, branch, norm, out, final_norm"
+    ):
+        TelemetryConfig(sites=("outt",))
+    with pytest.raises(ValueError, match="unknown telemetry.stats \\['kurt'\\]; valid stats: rms, mean, maxabs, crest"):
+        TelemetryConfig(stats=("kurt",))
+
+
+def test_first_nonfinite_names_the_first_site_in_forward_order():
+    model = make("post").eval()
+    with torch.no_grad():
+        model.encoder[1].ffn.branch.linear2.bias.fill_(float("inf"))
+    src, tgt_in, tgt_out = batch()
+    tele = Telemetry(model, TelemetryConfig(every=1))
+    with tele.watch(src.eq(0), tgt_out.eq(0)):
+        model(src, tgt_in)
+    assert first_nonfinite(tele.collect()) == "act/enc.1.ffn/rms"
+
+
+def test_depth_profile_orders_encoder_then_decoder():
+    stats = {
+        "act/enc.0.out/rms": 1.0,
+        "act/enc.1.out/rms": 2.0,
+        "act/dec.0.out/rms": 3.0,
+        "act/enc.embed/rms": 9.0,
+        "grad/enc.0/norm": 5.0,
+    }
+    assert depth_profile(stats) == {"out": [(0, 1.0), (1, 2.0), (2, 3.0)]}
+
+
+def mean_over_seeds(placement: str, key: str, n: int = 6) -> list[float]:
+    """``key`` formatted with {s}.{i} for each block of a 6+6 model at init, averaged over seeds."""
+    runs = []
+    for seed in range(3):
+        model = make(placement, n=n, d=64, seed=seed)
+        cfg = TelemetryConfig(every=1, sites=("out",), stats=("rms",))
+        runs.append(record(model, *batch(seed, pad=True), cfg=cfg))
+    return [sum(r[key.format(i=i)] for r in runs) / len(runs) for i in range(n)]
+
+
+def test_xiong_lemma2_pre_ln_stream_grows_with_depth_post_ln_stays_flat():
+    for stack in ("enc", "dec"):
+        pre = mean_over_seeds("pre", f"act/{stack}.{{i}}.out/rms")
+        assert all(b > a for a, b in zip(pre, pre[1:], strict=False)), pre  # grows with every block
+        assert pre[-1] / pre[0] > 1.5
+        post = mean_over_seeds("post", f"act/{stack}.{{i}}.out/rms")
+        assert all(abs(r - 1.0) < 1e-3 for r in post), post  # each block ends in LN(gamma=1, beta=0)
+
+
+def test_xiong_fig3_post_ln_gradients_grow_toward_the_output_pre_ln_do_not():
+    post = mean_over_seeds("post", "grad/dec.{i}/norm")
+    pre = mean_over_seeds("pre", "grad/dec.{i}/norm")
+    assert post[-1] / post[0] > 2.0, post
+    assert pre[-1] / pre[0] < 1.2, pre
+    assert post[-1] / post[0] > 2 * pre[-1] / pre[0]
