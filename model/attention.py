@@ -30,6 +30,9 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
+        # Named identity taps: telemetry hooks read q and k here instead of recomputing them.
+        self.q_tap = nn.Identity()
+        self.k_tap = nn.Identity()
 
     def forward(
         self, x: torch.Tensor, memory: torch.Tensor | None = None, key_pad_mask: torch.Tensor | None = None
@@ -48,8 +51,8 @@ class MultiHeadAttention(nn.Module):
         B, T, D = x.shape
         S = kv.shape[1]
         H, K = self.n_heads, D // self.n_heads
-        q = self.q_proj(x).view(B, T, H, K).transpose(1, 2)  # (B, H, T, K)
-        k = self.k_proj(kv).view(B, S, H, K).transpose(1, 2)  # (B, H, S, K)
+        q = self.q_tap(self.q_proj(x).view(B, T, H, K).transpose(1, 2))  # (B, H, T, K)
+        k = self.k_tap(self.k_proj(kv).view(B, S, H, K).transpose(1, 2))  # (B, H, S, K)
         v = self.v_proj(kv).view(B, S, H, K).transpose(1, 2)  # (B, H, S, K)
         attn_mask = None if key_pad_mask is None else ~key_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = attend
         y = F.scaled_dot_product_attention(

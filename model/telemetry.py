@@ -88,8 +88,8 @@ class Telemetry:
     def __init__(self, model: EncoderDecoder, cfg: TelemetryConfig) -> None:
         self.model = model
         self.cfg = cfg
-        self._stats: dict[str, torch.Tensor] = {}
-        self._before: dict[str, list[torch.Tensor]] = {}
+        self._acts: dict[str, torch.Tensor] = {}  # site -> raw (4,) reductions, see _activation_stats
+        self._stats: dict[str, torch.Tensor] = {}  # metric -> 0-dim tensor
 
     def due(self, step: int) -> bool:
         """Whether step ``step`` records (every ``cfg.every`` steps; never when every = 0)."""
@@ -152,8 +152,7 @@ class Telemetry:
             for name, layer in self.blocks():
                 queries = ~(tgt_pad_mask if name.startswith("dec") else src_pad_mask)
                 for r in (r for r in ("self_attn", "cross_attn") if hasattr(layer, r)):
-                    hook = self._entropy_hook(f"attn/{name}.{r}", queries)
-                    handles.append(getattr(layer, r).branch.register_forward_hook(hook))
+                    handles += self._entropy_hooks(f"attn/{name}.{r}", getattr(layer, r).branch, queries)
         try:
             yield
         finally:
@@ -162,41 +161,55 @@ class Telemetry:
 
     @torch.no_grad()
     def _activation_stats(self, site: str, x: torch.Tensor, keep: torch.Tensor, count: torch.Tensor) -> None:
-        xf = x.float() * keep  # (B, L, D), zeros at padding
-        n = count * x.shape[-1]
-        stats = self.cfg.stats
-        rms = torch.sqrt(xf.pow(2).sum() / n)
-        if "rms" in stats:
-            self._stats[f"{site}/rms"] = rms
-        if "mean" in stats:
-            self._stats[f"{site}/mean"] = xf.sum() / n
-        if "maxabs" in stats or "crest" in stats:
-            maxabs = xf.abs().amax()
-            if "maxabs" in stats:
-                self._stats[f"{site}/maxabs"] = maxabs
-            if "crest" in stats:
-                self._stats[f"{site}/crest"] = maxabs / rms
+        # Three row-wise passes over x, then masking on the small (B, L) results; rms, mean and
+        # crest are derived in collect(). (Masking x itself would cost a full extra copy.)
+        xf = x.float()
+        k = keep[..., 0]  # (B, L)
+        raw = [
+            (torch.linalg.vector_norm(xf, dim=-1).square() * k).sum(),  # sum x^2
+            (xf.sum(-1) * k).sum(),  # sum x
+            (xf.abs().amax(-1) * k).amax(),  # max |x|
+            count * x.shape[-1],  # n
+        ]
+        self._acts[site] = torch.stack(raw)
 
-    def _entropy_hook(self, name: str, keep_queries: torch.Tensor):
+    def _entropy_hooks(self, name: str, attn: MultiHeadAttention, keep_queries: torch.Tensor) -> list:
+        """Hooks on the attention's q/k taps (to see its projections without recomputing them)
+        and on the attention itself (to see its mask), computing the mean entropy in nats."""
+        seen: dict[str, torch.Tensor] = {}
+
+        def tap(key: str):
+            def hook(mod: nn.Module, args: tuple, out: torch.Tensor) -> None:
+                seen[key] = out.detach()
+
+            return hook
+
         @torch.no_grad()
-        def hook(attn: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
-            x = args[0].detach()
-            kv = x if len(args) < 2 or args[1] is None else args[1].detach()
-            key_pad = args[2] if len(args) > 2 else None
-            B, T, D = x.shape
-            S, H = kv.shape[1], attn.n_heads
-            q = attn.q_proj(x).view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, K)
-            k = attn.k_proj(kv).view(B, S, H, D // H).transpose(1, 2)  # (B, H, S, K)
-            scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(D // H)  # (B, H, T, S)
+        def entropy(mod: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
+            q, k = seen.pop("q"), seen.pop("k")  # (B, H, T, K), (B, H, S, K)
+            key_pad = args[2] if len(args) > 2 else None  # (B, S) or None
+            T, S = q.shape[2], k.shape[2]
+            scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])  # (B, H, T, S)
+            # Masked scores get a large finite negative, not -inf: exp() gives exactly 0 and
+            # 0 * score stays 0 instead of NaN in the entropy sum below.
             if key_pad is not None:
-                scores = scores.masked_fill(key_pad[:, None, None, :], float("-inf"))
-            if attn.causal:
-                scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-            entropy = torch.special.entr(scores.softmax(-1)).sum(-1).mean(1)  # (B, T), mean over heads
+                scores = scores.masked_fill(key_pad[:, None, None, :], -1e9)
+            if mod.causal:
+                scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1), -1e9)
+            # H(p) = log Z - sum_j p_j z_j with z = s - max(s), p = exp(z) / Z; cheaper than
+            # softmax + entr on rows as short as these.
+            z = scores - scores.amax(-1, keepdim=True)
+            e = z.exp()
+            Z = e.sum(-1)  # (B, H, T)
+            ent = (Z.log() - (e * z).sum(-1) / Z).mean(1)  # (B, T), mean over heads
             w = keep_queries.float()
-            self._stats[f"{name}/entropy"] = (entropy * w).sum() / w.sum()
+            self._stats[f"{name}/entropy"] = (ent * w).sum() / w.sum()
 
-        return hook
+        return [
+            attn.q_tap.register_forward_hook(tap("q")),
+            attn.k_tap.register_forward_hook(tap("k")),
+            attn.register_forward_hook(entropy),
+        ]
 
     def record_grad_norms(self) -> None:
         """Store each block's gradient norm; call after ``backward`` and before clipping."""
@@ -225,15 +238,24 @@ class Telemetry:
     def collect(self) -> dict[str, float]:
         """All recorded statistics as Python floats (one device-to-host transfer), then reset.
 
-        Keys come in forward order (embeddings, block 0 in, ..., final norm), so the first
-        non-finite one is where a diverging run first went wrong (see :func:`first_nonfinite`).
+        Activation metrics come first, in forward order (embeddings, block 0 in, ..., final
+        norm), so the first non-finite one is where a diverging run first went wrong (see
+        :func:`first_nonfinite`).
         """
-        if not self._stats:
+        if not self._acts and not self._stats:
             return {}
-        names = list(self._stats)
-        values = torch.stack([self._stats[k].float() for k in names]).tolist()
+        parts = [*self._acts.values(), *(v.reshape(1) for v in self._stats.values())]
+        flat = torch.cat([p.float() for p in parts]).tolist()
+        out: dict[str, float] = {}
+        for j, site in enumerate(self._acts):
+            sumsq, total, maxabs, n = flat[4 * j : 4 * j + 4]
+            rms = math.sqrt(sumsq / n)
+            derived = {"rms": rms, "mean": total / n, "maxabs": maxabs, "crest": maxabs / rms if rms else 0.0}
+            out.update({f"{site}/{stat}": derived[stat] for stat in self.cfg.stats})
+        out.update(zip(self._stats, flat[4 * len(self._acts) :], strict=True))
+        self._acts.clear()
         self._stats.clear()
-        return dict(zip(names, values, strict=True))
+        return out
 
 
 def first_nonfinite(stats: dict[str, float]) -> str | None:

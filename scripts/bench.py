@@ -97,44 +97,46 @@ def bench_norms(dims: list[int], rows: int, rounds: int, compile_: bool) -> None
 
 def bench_step(rounds: int) -> None:
     """One training step (forward, backward, AdamW) of the default model per norm preset."""
-    sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "small.yaml"))
     presets = {p.stem: OmegaConf.to_container(OmegaConf.load(p)) for p in sorted((ROOT / "conf" / "norm").glob("*.yaml"))}
     variants = {"pre_ln native": {**presets["pre_ln"], "impl": "native"}}
-    variants |= {name: norm for name, norm in presets.items()}
+    variants |= presets
     variants |= {f"{n} native": {**presets[n], "impl": "native"} for n in ("post_ln", "pre_rms")}
-    torch.manual_seed(0)
-    B, S, T = 400, 10, 10  # a CMUdict batch under the default 4096-token budget
-    src, tgt = torch.randint(4, 31, (B, S)), torch.randint(4, 43, (B, T))
-    fns = {}
-    for name, norm in variants.items():
-        model = EncoderDecoder(ModelConfig(src_vocab=31, tgt_vocab=43, norm=NormConfig(**norm), **sizes))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-        def step(model: EncoderDecoder = model, opt: torch.optim.Optimizer = opt) -> None:
-            loss = torch.nn.functional.cross_entropy(model(src, tgt).flatten(0, 1), tgt.flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
-        fns[name] = step
+    fns = {name: make_step(*default_model_and_batch(norm), telemetry=None) for name, norm in variants.items()}
     times = time_rounds(fns, rounds, inner=2)
     base = times["pre_ln native"]
-    print(f"\nOne training step of the default model (conf/model/small.yaml, batch {B}x{S}->{T}), "
+    print(f"\nOne training step of the default model (conf/model/small.yaml, a 400-word batch), "
           f"ratio to pre_ln with native LayerNorm ({1000 * base:.0f} ms):")  # fmt: skip
     for name, t in times.items():
         print(f"  {name:<20} {t / base:6.2f}   ({1000 * t:.0f} ms)")
 
 
-def default_model_and_batch() -> tuple[EncoderDecoder, Batch]:
-    """The default model (conf/model/small.yaml, norm=pre_ln) and a CMUdict-shaped batch of
-    400 words, 10 letters -> 10 phonemes (the default 4096-token budget)."""
+def default_model_and_batch(norm: dict | None = None) -> tuple[EncoderDecoder, Batch]:
+    """The default model (conf/model/small.yaml; ``norm`` defaults to conf/norm/pre_ln.yaml) and a
+    CMUdict-shaped batch: 400 words of 10 letters -> 10 phonemes, the default 4096-token budget."""
     sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "small.yaml"))
-    norm = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "norm" / "pre_ln.yaml"))
+    norm = norm or OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "norm" / "pre_ln.yaml"))
     torch.manual_seed(0)
     model = EncoderDecoder(ModelConfig(src_vocab=31, tgt_vocab=43, norm=NormConfig(**norm), **sizes))
     B, S, T = 400, 10, 10
     src, tgt = torch.randint(4, 31, (B, S)), torch.randint(4, 43, (B, T + 1))
     return model, Batch(src, tgt[:, :-1], tgt[:, 1:], list(range(B)), B * T)
+
+
+def make_step(model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | None, window: int = 1) -> Callable[[], None]:
+    """``window`` consecutive training steps as train.py runs them (shared ``train_step``),
+    telemetry recording on its due steps and read back to the host there, as when logging."""
+    opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
+    sched = build_scheduler(opt, 0, 10**9, "constant")
+    tele = Telemetry(model, telemetry or TelemetryConfig(every=0))
+
+    def run() -> None:
+        for step in range(1, window + 1):
+            record = tele.due(step)
+            train_step(model, batch, opt, sched, tele, record=record, label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext())
+            if record:
+                tele.collect()
+
+    return run
 
 
 def bench_telemetry(rounds: int, window: int) -> None:
@@ -143,30 +145,14 @@ def bench_telemetry(rounds: int, window: int) -> None:
     presets = {
         p.stem: TelemetryConfig(**OmegaConf.to_container(OmegaConf.load(p))) for p in (ROOT / "conf" / "telemetry").glob("*.yaml")
     }
-    fns = {}
-    for name in ["off"] + sorted(set(presets) - {"off"}):
-        model, batch = default_model_and_batch()
-        opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
-        sched = build_scheduler(opt, 0, 10**9, "constant")
-        tele = Telemetry(model, presets[name])
-
-        def window_of_steps(model=model, batch=batch, opt=opt, sched=sched, tele=tele) -> None:
-            for step in range(1, window + 1):
-                record = tele.due(step)
-                train_step(
-                    model, batch, opt, sched, tele, record=record, label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext()
-                )
-                if record:
-                    tele.collect()  # the host transfer of a logging step
-
-        fns[name] = window_of_steps
+    order = ["off"] + sorted(set(presets) - {"off"})
+    fns = {name: make_step(*default_model_and_batch(), telemetry=presets[name], window=window) for name in order}
     times = time_rounds(fns, rounds, inner=1, warmup=1)
     base = times["off"]
     print(f"Training-step time with telemetry, default model, windows of {window} steps, "
           f"median of {rounds} alternating rounds; ratio to telemetry=off ({1000 * base / window:.0f} ms/step):")  # fmt: skip
     for name, t in times.items():
-        every = presets[name].every
-        print(f"  {name:<6} (every {every:>2} steps)  {t / base:6.3f}   ({1000 * t / window:.0f} ms/step)")
+        print(f"  {name:<6} (every {presets[name].every:>2} steps)  {t / base:6.3f}   ({1000 * t / window:.0f} ms/step)")
 
 
 def main() -> None:

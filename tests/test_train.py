@@ -50,6 +50,33 @@ def test_run_dir_holds_named_metrics_config_checkpoint_and_vocab(tmp_path):
     assert (tmp_path / "src_vocab.json").is_file() and (tmp_path / "tgt_vocab.json").is_file()
 
 
+def test_plot_scales_draws_pngs_from_a_run(tmp_path):
+    import matplotlib.image
+
+    from scripts.plot_scales import main as plot_scales
+
+    train_module.train(make_cfg("norm=pre_ln", "telemetry.every=2"), tmp_path)
+    paths = plot_scales([str(tmp_path), "--steps", "2", "20"])
+    for path in paths:
+        image = matplotlib.image.imread(path)
+        assert image.shape[0] > 100 and image.shape[1] > 100 and image.std() > 0  # drawn, not blank
+
+
+def test_plot_scales_without_telemetry_says_so(tmp_path):
+    from scripts.plot_scales import main as plot_scales
+
+    train_module.train(make_cfg("telemetry=off", "trainer.max_steps=5"), tmp_path)
+    with pytest.raises(ValueError, match="telemetry=off"):
+        plot_scales([str(tmp_path)])
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        plot_scales([str(tmp_path / "nowhere")])
+
+
+def test_telemetry_typo_fails_at_start_up(tmp_path):
+    with pytest.raises(ValueError, match="unknown telemetry.stats \\['kurtosis'\\]; valid stats: rms, mean, maxabs, crest"):
+        train_module.train(make_cfg("telemetry.stats=[rms,kurtosis]"), tmp_path)
+
+
 def test_resume_continues_from_the_checkpoint(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     train_module.train(make_cfg("trainer.max_steps=10"), first)
