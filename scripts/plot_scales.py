@@ -55,8 +55,9 @@ def plot_heatmap(profiles: dict, site: str, stat: str, out: Path) -> Path:
         for d, v in profiles[s][site]:
             grid[d, j] = v
     fig, ax = plt.subplots(figsize=(8, 4))
+    x0, x1 = (steps[0], steps[-1]) if len(steps) > 1 else (steps[0] - 0.5, steps[0] + 0.5)
     im = ax.imshow(np.log10(np.maximum(grid, 1e-12)), aspect="auto", origin="lower", cmap="viridis",
-                   extent=(steps[0], steps[-1], -0.5, depth - 0.5))  # fmt: skip
+                   extent=(x0, x1, -0.5, depth - 0.5))  # fmt: skip
     ax.set_xlabel("training step")
     ax.set_ylabel("block (encoder, then decoder)")
     ax.set_title(f"log10 {stat} at site '{site}'")

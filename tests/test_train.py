@@ -11,6 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 import train as train_module
+import training.step
 from tests.conftest import ROOT, make_cfg
 from training.checkpoint import load_checkpoint
 
@@ -65,7 +66,7 @@ def test_plot_scales_draws_pngs_from_a_run(tmp_path):
 def test_plot_scales_without_telemetry_says_so(tmp_path):
     from scripts.plot_scales import main as plot_scales
 
-    train_module.train(make_cfg("telemetry=off", "trainer.max_steps=5"), tmp_path)
+    train_module.train(make_cfg("telemetry.every=0", "trainer.max_steps=5"), tmp_path)
     with pytest.raises(ValueError, match="telemetry=off"):
         plot_scales([str(tmp_path)])
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
@@ -106,8 +107,10 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path, mo
         loss = torch.nn.functional.cross_entropy(*args, **kwargs)
         return loss * float("nan") if calls["n"] == 8 else loss
 
-    monkeypatch.setattr(train_module, "F", types.SimpleNamespace(cross_entropy=poisoned_cross_entropy))
-    with pytest.raises(train_module.NonFiniteLossError, match=r"step 8; last finite checkpoint: .*checkpoint.pt \(step 5\)"):
+    monkeypatch.setattr(training.step, "F", types.SimpleNamespace(cross_entropy=poisoned_cross_entropy))
+    # The NaN step's update poisons every weight, so step 10's telemetry sees NaN from the embeddings on.
+    pattern = r"step 8; first non-finite activation: act/enc.embed/rms; last finite checkpoint: .*checkpoint.pt \(step 5\)"
+    with pytest.raises(train_module.NonFiniteLossError, match=pattern):
         train_module.train(make_cfg("trainer.eval_every=5", "trainer.log_every=5"), tmp_path)
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
     assert ckpt["step"] == 5
