@@ -8,6 +8,7 @@
 """
 
 import random
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import replace
@@ -30,6 +31,7 @@ from training.evaluate import G2PEvalSet, evaluate_g2p, evaluate_loss
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
 from training.step import train_step
+from training.validate import check_run_config
 
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("wandb", "none")
@@ -57,6 +59,18 @@ def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig
     )  # fmt: skip
 
 
+def config_diff(old: dict, new: dict, prefix: str = "") -> str:
+    """``key: old -> new`` for each key whose value differs (nested dicts flattened with dots)."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [d for d in [config_diff(a, b, f"{prefix}{key}.")] if d]
+        elif a != b:
+            out.append(f"{prefix}{key}: checkpoint {a!r}, this run {b!r}")
+    return "; ".join(out)
+
+
 def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     """Run one training job described by ``cfg``; returns the final test metrics.
 
@@ -71,6 +85,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     tc = cfg.trainer
+    check_run_config(cfg)
     if cfg.logger.name not in LOGGERS:
         raise ValueError(f"unknown logger {cfg.logger.name!r}; valid: {', '.join(LOGGERS)}")
     device = resolve_device(tc.device)
@@ -99,14 +114,14 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
 
     # Model, optimizer, schedule; on resume, all of their state and the data position.
     mcfg = replace(mcfg, src_vocab=src_vocab.get_vocab_size(), tgt_vocab=tgt_vocab.get_vocab_size())
-    if resume and ModelConfig.from_dict(resume["model_config"]) != mcfg:
-        raise ValueError(
-            f"train.resume: the checkpoint's model config {resume['model_config']} differs from this run's "
-            f"{mcfg.to_dict()}; resume with the same model/norm settings"
-        )
+    if resume and (diff := config_diff(resume["model_config"], mcfg.to_dict())):
+        raise ValueError(f"train.resume: the checkpoint was trained with other settings ({diff}); resume with the same ones")
     model = EncoderDecoder(mcfg).to(device)
     opt = build_optimizer(model, cfg.optim.lr, tuple(cfg.optim.betas), cfg.optim.weight_decay, cfg.optim.eps)
     sched = build_scheduler(opt, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay)
+    if cfg.schedule.warmup_steps > tc.max_steps:
+        print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} > trainer.max_steps={tc.max_steps}: "
+              f"warmup cut to {tc.max_steps} steps, no decay")  # fmt: skip
     step, epoch, batch_no = 0, 0, 0
     if resume:
         model.load_state_dict(resume["model"])
@@ -150,7 +165,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
                 epoch, batch_no, batch = next(stream)
                 batch = batch.to(device)
                 step += 1
-                record = telemetry.due(step)
+                record = telemetry.due(step, tc.max_steps)
                 loss, grad_norm = train_step(
                     model, batch, opt, sched, telemetry, record=record,
                     label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast,
@@ -221,7 +236,12 @@ def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, test: dict[str, f
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    train(cfg)
+    # Bad input and a diverged run are expected outcomes, not bugs: one line, no traceback.
+    try:
+        train(cfg)
+    except (ValueError, FileNotFoundError, NonFiniteLossError) as e:
+        print(f"normlab: error: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def make_batches(data: Seq2SeqData, max_tokens: int, generator: torch.Generator 
     without one, the order is by length (deterministic, for evaluation).
 
     Raises:
-        ValueError: empty data, or a row longer than ``max_tokens``.
+        ValueError: empty data, or ``max_tokens`` below the longest row (the message names the minimum).
     """
     if len(data) == 0:
         raise ValueError("cannot batch an empty split")
@@ -66,10 +66,11 @@ def make_batches(data: Seq2SeqData, max_tokens: int, generator: torch.Generator 
     order = sorted(order, key=data.padded_len)  # stable: the shuffle breaks ties
     batches: list[list[int]] = []
     current: list[int] = []
+    if (longest_row := data.padded_len(order[-1])) > max_tokens:
+        raise ValueError(f"trainer.max_tokens={max_tokens} is smaller than the longest row ({longest_row} tokens); "
+                         f"use trainer.max_tokens >= {longest_row}")  # fmt: skip
     for i in order:
         longest = data.padded_len(i)  # sorted ascending, so the newest row is the longest
-        if longest > max_tokens:
-            raise ValueError(f"row {i} needs {longest} tokens, more than trainer.max_tokens={max_tokens}")
         if (len(current) + 1) * longest > max_tokens:
             batches.append(current)
             current = []

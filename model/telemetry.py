@@ -58,7 +58,7 @@ class TelemetryConfig:
         stats: statistics per site, a subset of ``STATS``.
         grads: record ``grad/{s}.{i}/norm``.
         updates: record ``update/{s}.{i}/ratio`` (copies the weights before the step).
-        attn_entropy: record ``attn/.../entropy`` (recomputes the attention matrix).
+        attn_entropy: record ``attn/.../entropy`` (recomputes the attention weights from q and k).
 
     Raises:
         ValueError: an unknown site or stat (the message lists the valid ones), or every < 0.
@@ -91,9 +91,10 @@ class Telemetry:
         self._acts: dict[str, torch.Tensor] = {}  # site -> raw (4,) reductions, see _activation_stats
         self._stats: dict[str, torch.Tensor] = {}  # metric -> 0-dim tensor
 
-    def due(self, step: int) -> bool:
-        """Whether step ``step`` records (every ``cfg.every`` steps; never when every = 0)."""
-        return self.cfg.every > 0 and step % self.cfg.every == 0
+    def due(self, step: int, max_steps: int) -> bool:
+        """Whether step ``step`` (1-based) records: the first step (the profile at
+        initialization), every ``cfg.every`` steps, and the last; never when every = 0."""
+        return self.cfg.every > 0 and (step == 1 or step % self.cfg.every == 0 or step == max_steps)
 
     def stacks(self) -> Iterator[tuple[str, nn.Module, nn.ModuleList, nn.Module]]:
         """(``enc``/``dec``, embedding, layers, final norm) in forward order."""
@@ -137,7 +138,7 @@ class Telemetry:
             src_pad_mask: (B, S) bool, True at src padding; excluded from encoder statistics.
             tgt_pad_mask: (B, T) bool, True at tgt padding; excluded from decoder statistics.
         """
-        keep = {"enc": (~src_pad_mask)[..., None].float(), "dec": (~tgt_pad_mask)[..., None].float()}  # (B, L, 1)
+        keep = {"enc": (~src_pad_mask).float(), "dec": (~tgt_pad_mask).float()}  # (B, L), 1 at real tokens
         count = {s: k.sum() for s, k in keep.items()}
         handles = []
         for site, stack, on_input, module in self._taps():
@@ -163,12 +164,11 @@ class Telemetry:
     def _activation_stats(self, site: str, x: torch.Tensor, keep: torch.Tensor, count: torch.Tensor) -> None:
         # Three row-wise passes over x, then masking on the small (B, L) results; rms, mean and
         # crest are derived in collect(). (Masking x itself would cost a full extra copy.)
-        xf = x.float()
-        k = keep[..., 0]  # (B, L)
+        xf = x.float()  # (B, L, D)
         raw = [
-            (torch.linalg.vector_norm(xf, dim=-1).square() * k).sum(),  # sum x^2
-            (xf.sum(-1) * k).sum(),  # sum x
-            (xf.abs().amax(-1) * k).amax(),  # max |x|
+            (torch.linalg.vector_norm(xf, dim=-1).square() * keep).sum(),  # sum x^2
+            (xf.sum(-1) * keep).sum(),  # sum x
+            (xf.abs().amax(-1) * keep).amax(),  # max |x|
             count * x.shape[-1],  # n
         ]
         self._acts[site] = torch.stack(raw)

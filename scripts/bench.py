@@ -131,7 +131,7 @@ def make_step(model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | 
 
     def run() -> None:
         for step in range(1, window + 1):
-            record = tele.due(step)
+            record = tele.due(step, window)
             train_step(model, batch, opt, sched, tele, record=record, label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext())
             if record:
                 tele.collect()
@@ -141,7 +141,8 @@ def make_step(model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | 
 
 def bench_telemetry(rounds: int, window: int) -> None:
     """Step time of each conf/telemetry preset relative to ``off``, over windows of ``window``
-    consecutive training steps (so ``light``, recording every 50 steps, records once per 50)."""
+    consecutive training steps; each window records as a run would (first step, every
+    ``every`` steps, last step), so ``light`` records 2 of 50 steps here, a 1000-step run 22."""
     presets = {
         p.stem: TelemetryConfig(**OmegaConf.to_container(OmegaConf.load(p))) for p in (ROOT / "conf" / "telemetry").glob("*.yaml")
     }

@@ -41,7 +41,10 @@ def read_profiles(run_dir: Path, stat: str) -> dict[int, dict[str, list[tuple[in
         if profile:
             profiles[row["step"]] = profile
     if not profiles:
-        raise ValueError(f"{path} has no act/.../{stat} statistics; was the run made with telemetry=off?")
+        raise ValueError(
+            f"{path} has no act/.../{stat} statistics: the run had telemetry off "
+            f"(telemetry=off or telemetry.every=0) or did not record this stat (telemetry.stats)"
+        )
     return profiles
 
 

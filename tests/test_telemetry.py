@@ -126,6 +126,12 @@ def test_update_ratio_equals_hand_computation():
     assert tele.collect()["update/enc.0/ratio"] == pytest.approx(expected.item(), rel=1e-4)
 
 
+def test_records_at_init_every_n_steps_and_at_the_end():
+    tele = Telemetry(make(), TelemetryConfig(every=50))
+    assert [s for s in range(1, 121) if tele.due(s, 120)] == [1, 50, 100, 120]
+    assert not any(Telemetry(make(), TelemetryConfig(every=0)).due(s, 120) for s in range(1, 121))
+
+
 def test_unknown_site_or_stat_lists_the_valid_ones():
     with pytest.raises(
         ValueError, match="unknown telemetry.sites \\['outt'\\]; valid sites: embed, in, branch, norm, out, final_norm"

@@ -43,7 +43,7 @@ def test_run_dir_holds_named_metrics_config_checkpoint_and_vocab(tmp_path):
     assert expected <= keys
     assert all("step" in r for r in rows)
     act = [r["act/enc.1.out/rms"] for r in rows if "act/enc.1.out/rms" in r]
-    assert len(act) == 4 and all(a > 0 for a in act)  # every telemetry.every=5 steps of 20
+    assert len(act) == 5 and all(a > 0 for a in act)  # steps 1 (init), 5, 10, 15, 20 with telemetry.every=5
     cfg = OmegaConf.load(tmp_path / "config.yaml")
     assert cfg.norm.placement == "post" and cfg.model.d_model == 32
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
@@ -85,6 +85,16 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     steps = [r["step"] for r in read_metrics(second) if "train/loss" in r]
     assert steps[0] == 15 and steps[-1] == 20
     assert load_checkpoint(second / "checkpoint.pt")["step"] == 20
+
+
+def test_resume_with_other_model_settings_names_the_difference(tmp_path):
+    train_module.train(make_cfg("trainer.max_steps=5"), tmp_path / "a")
+    with pytest.raises(
+        ValueError, match="d_model: checkpoint 32, this run 64; .*norm.placement: checkpoint 'pre', this run 'post'"
+    ):
+        train_module.train(
+            make_cfg("model.d_model=64", "norm=post_ln", f"train.resume={tmp_path / 'a' / 'checkpoint.pt'}"), tmp_path / "b"
+        )
 
 
 def test_resume_path_that_does_not_exist(tmp_path):
@@ -135,12 +145,19 @@ def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
         ("model.n_heads=3", "d_model=32 is not divisible by model.n_heads=3"),
         ("trainer.device=tpu", "unknown trainer.device 'tpu'; valid: auto, cpu, cuda"),
         ("model.d_modle=64", "Key 'd_modle' is not in struct"),
+        ("trainer.eval_every=0", "trainer.eval_every=0 is invalid; it must be an integer >= 1"),
+        ("optim.lr=-1", "optim.lr=-1 is invalid; it must be a finite number > 0"),
+        ("schedule.decay=exp", "schedule.decay='exp' is invalid; valid: linear, cosine, constant"),
+        ("telemetry.every=-1", "telemetry.every must be an integer >= 0, got -1"),
+        ("trainer.max_tokens=5", "trainer.max_tokens=5 is smaller than the longest row"),
     ],
 )
 def test_cli_bad_input_stops_with_one_clear_message(override, message, tmp_path):
     proc = run_cli(*override.split(), f"hydra.run.dir={tmp_path}", cwd=tmp_path)
     assert proc.returncode != 0
     assert message in proc.stderr + proc.stdout
+    if not override.startswith(("norm=pre_lm", "model.d_modle")):  # Hydra's own errors keep Hydra's format
+        assert "Traceback" not in proc.stderr and proc.stderr.count("\n") <= 3, proc.stderr
 
 
 def test_wandb_runs_offline_without_an_api_key(tmp_path, monkeypatch):

@@ -1,0 +1,38 @@
+"""Start-up checks of the run-level config keys (trainer, optim, schedule) that the typed
+model and telemetry configs do not cover: a bad value stops the run before any work, with a
+message naming the key, the value and what is valid."""
+
+import math
+
+from omegaconf import DictConfig
+
+from training.optim import DECAYS
+
+
+def _require(ok: bool, key: str, value: object, valid: str) -> None:
+    if not ok:
+        raise ValueError(f"{key}={value!r} is invalid; {valid}")
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """Raise ``ValueError`` for the first out-of-range trainer/optim/schedule value."""
+    tc = cfg.trainer
+    for key in ("max_steps", "max_tokens", "log_every", "eval_every"):
+        value = tc[key]
+        _require(isinstance(value, int) and value >= 1, f"trainer.{key}", value, "it must be an integer >= 1")
+    for key in ("eval_max_words", "test_max_words"):
+        value = tc[key]
+        _require(
+            value is None or (isinstance(value, int) and value >= 1), f"trainer.{key}", value, "it must be null (all) or >= 1"
+        )
+    _require(
+        tc.grad_clip > 0 and math.isfinite(tc.grad_clip), "trainer.grad_clip", tc.grad_clip, "it must be a finite number > 0"
+    )
+    _require(0 <= tc.label_smoothing < 1, "trainer.label_smoothing", tc.label_smoothing, "it must be in [0, 1)")
+    _require(cfg.optim.lr > 0 and math.isfinite(cfg.optim.lr), "optim.lr", cfg.optim.lr, "it must be a finite number > 0")
+    _require(cfg.optim.weight_decay >= 0, "optim.weight_decay", cfg.optim.weight_decay, "it must be >= 0")
+    _require(cfg.schedule.decay in DECAYS, "schedule.decay", cfg.schedule.decay, f"valid: {', '.join(DECAYS)}")
+    _require(isinstance(cfg.schedule.warmup_steps, int) and cfg.schedule.warmup_steps >= 0, "schedule.warmup_steps",
+             cfg.schedule.warmup_steps, "it must be an integer >= 0")  # fmt: skip
+    _require(len(cfg.optim.betas) == 2 and all(0 <= b < 1 for b in cfg.optim.betas), "optim.betas", list(cfg.optim.betas),
+             "it must be two numbers in [0, 1)")  # fmt: skip
