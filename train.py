@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from data.batching import Seq2SeqData, train_stream
+from data.batching import Seq2SeqData, check_budget, train_stream
 from data.cmudict_g2p import load_cmudict
 from data.tokenizer import PAD_ID, build_vocab, encode_all
 from model import EncoderDecoder, ModelConfig, NormConfig
@@ -108,6 +108,8 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
         name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
         for name, split in splits.items()
     }
+    for split in encoded.values():
+        check_budget(split, tc.max_tokens)
     valid_set = G2PEvalSet.build(splits["valid"]["word"], splits["valid"]["phonemes"], encoded["valid"].src)
     test_set = G2PEvalSet.build(splits["test"]["word"], splits["test"]["phonemes"], encoded["test"].src)
     valid_words, test_words = valid_set.subset(tc.eval_max_words), test_set.subset(tc.test_max_words)

@@ -51,6 +51,16 @@ class Batch:
         return Batch(src, tgt_in, tgt_out, self.index, self.n_tgt_tokens)
 
 
+def check_budget(data: Seq2SeqData, max_tokens: int) -> None:
+    """Raise ``ValueError`` naming the minimum budget if a row of ``data`` cannot fit ``max_tokens``."""
+    if len(data) == 0:
+        raise ValueError("cannot batch an empty split")
+    longest = max(data.padded_len(i) for i in range(len(data)))
+    if longest > max_tokens:
+        raise ValueError(f"trainer.max_tokens={max_tokens} is smaller than the longest row ({longest} tokens); "
+                         f"use trainer.max_tokens >= {longest}")  # fmt: skip
+
+
 def make_batches(data: Seq2SeqData, max_tokens: int, generator: torch.Generator | None = None) -> list[list[int]]:
     """Group row indices into length-bucketed batches of at most ``max_tokens`` padded tokens.
 
@@ -60,15 +70,11 @@ def make_batches(data: Seq2SeqData, max_tokens: int, generator: torch.Generator 
     Raises:
         ValueError: empty data, or ``max_tokens`` below the longest row (the message names the minimum).
     """
-    if len(data) == 0:
-        raise ValueError("cannot batch an empty split")
+    check_budget(data, max_tokens)
     order = torch.randperm(len(data), generator=generator).tolist() if generator is not None else range(len(data))
     order = sorted(order, key=data.padded_len)  # stable: the shuffle breaks ties
     batches: list[list[int]] = []
     current: list[int] = []
-    if (longest_row := data.padded_len(order[-1])) > max_tokens:
-        raise ValueError(f"trainer.max_tokens={max_tokens} is smaller than the longest row ({longest_row} tokens); "
-                         f"use trainer.max_tokens >= {longest_row}")  # fmt: skip
     for i in order:
         longest = data.padded_len(i)  # sorted ascending, so the newest row is the longest
         if (len(current) + 1) * longest > max_tokens:
