@@ -160,6 +160,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     steps_since_log, tokens_since_log, t_log = 0, 0, time.perf_counter()
     last_good = f"{run_dir / 'checkpoint.pt'} (step {step})" if resume else "none written yet"
     first_bad_site = None  # first telemetry metric seen non-finite, named when the loss goes non-finite
+    last_stats: dict[str, float] = {}  # latest telemetry record, drawn as a depth profile at each eval
     model.train()
     try:
         with tqdm(total=tc.max_steps, initial=step, desc="train", dynamic_ncols=True) as bar:
@@ -200,8 +201,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
                         **stats,
                     }  # fmt: skip
                     logger.log(step, metrics)
-                    if stats:
-                        logger.log_depth_profile(step, stats)
+                    last_stats = stats or last_stats
                     bar.set_postfix(loss=f"{metrics['train/loss']:.3f}", lr=f"{metrics['optim/lr']:.2e}",
                                     tok_s=f"{metrics['perf/tokens_per_s']:.0f}")  # fmt: skip
                     loss_sum.zero_()
@@ -211,6 +211,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
                         val = {"val/loss": evaluate_loss(model, encoded["valid"], tc.max_tokens, device)}
                         val.update({f"val/{k}": v for k, v in g2p.items()})
                         logger.log(step, val)
+                        logger.log_depth_profile(step, last_stats)
                         bar.write(f"step {step}: val loss {val['val/loss']:.3f}, PER {g2p['per']:.2%}, WER {g2p['wer']:.2%}")
                         checkpoint(epoch, batch_no + 1)
                         last_good = f"{run_dir / 'checkpoint.pt'} (step {step})"

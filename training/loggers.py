@@ -62,7 +62,8 @@ class MetricsLogger:
 
     def log_depth_profile(self, step: int, stats: dict[str, float]) -> None:
         """A wandb line plot of activation RMS vs depth (x = block index, encoder then decoder;
-        one line per site) at this step. The same numbers are already in metrics.jsonl."""
+        one line per site) from the telemetry record ``stats``. The numbers are already in
+        metrics.jsonl; the chart is logged at evaluations only, to keep the wandb run small."""
         if self._wandb is None:
             return
         import wandb
