@@ -60,12 +60,13 @@ def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig
 
 
 def config_diff(old: dict, new: dict, prefix: str = "") -> str:
-    """``key: old -> new`` for each key whose value differs (nested dicts flattened with dots)."""
+    """``key: checkpoint A, this run B`` for each differing key (nested dicts joined with dots)."""
     out = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
-            out += [d for d in [config_diff(a, b, f"{prefix}{key}.")] if d]
+            if nested := config_diff(a, b, f"{prefix}{key}."):
+                out.append(nested)
         elif a != b:
             out.append(f"{prefix}{key}: checkpoint {a!r}, this run {b!r}")
     return "; ".join(out)
@@ -181,25 +182,27 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
 
                 evaluate = step % tc.eval_every == 0 or step == tc.max_steps
                 if step % tc.log_every == 0 or record or evaluate:
-                    stats = telemetry.collect()  # the one host transfer of a logging step
+                    # Two device-to-host transfers per logging step: telemetry, and these scalars.
+                    stats = telemetry.collect()
+                    clipped = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+                    bad, loss_total, norm, norm_clipped = torch.stack(
+                        [first_bad_step.float(), loss_sum, grad_norm, clipped]).tolist()  # fmt: skip
                     if first_bad_site is None and (first_bad_site := first_nonfinite(stats)):
                         bar.write(f"step {step}: first non-finite telemetry value at {first_bad_site}")
-                    bad = int(first_bad_step)
                     if bad >= 0:
                         where = f"; first non-finite activation: {first_bad_site}" if first_bad_site else ""
-                        raise NonFiniteLossError(f"non-finite training loss at step {bad}{where}; "
+                        raise NonFiniteLossError(f"non-finite training loss at step {int(bad)}{where}; "
                                                  f"last finite checkpoint: {last_good}")  # fmt: skip
                     elapsed = time.perf_counter() - t_log
                     metrics = {
-                        "train/loss": loss_sum.item() / steps_since_log,
+                        "train/loss": loss_total / steps_since_log,
                         "optim/lr": sched.get_last_lr()[0],
-                        "optim/grad_norm": grad_norm.item(),
-                        "optim/grad_norm_clipped": torch.nn.utils.get_total_norm(
-                            [p.grad for p in model.parameters() if p.grad is not None]).item(),
+                        "optim/grad_norm": norm,
+                        "optim/grad_norm_clipped": norm_clipped,
                         "perf/tokens_per_s": tokens_since_log / elapsed,
                         "perf/step_ms": 1000 * elapsed / steps_since_log,
                         **stats,
-                    }  # fmt: skip
+                    }
                     logger.log(step, metrics)
                     last_stats = stats or last_stats
                     bar.set_postfix(loss=f"{metrics['train/loss']:.3f}", lr=f"{metrics['optim/lr']:.2e}",
