@@ -3,7 +3,7 @@
 Imports without Hydra: ``train.py`` turns the Hydra config into these dataclasses.
 """
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from model.norms import check_norm
@@ -96,12 +96,3 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python form, for checkpoints and logs."""
         return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError`` listing the valid ones."""
-        valid = {f.name for f in fields(cls)}
-        unknown = set(d) - valid
-        if unknown:
-            raise ValueError(f"unknown model config keys {sorted(unknown)}; valid keys: {sorted(valid)}")
-        return cls(**{**d, "norm": NormConfig(**d.get("norm", {}))})
