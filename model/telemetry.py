@@ -122,8 +122,8 @@ class Telemetry:
                     residual = getattr(layer, r)
                     if "branch" in sites:
                         yield f"{name}.{r}", stack, False, residual.branch
-                    for slot in (s for s in NORM_SLOTS if "norm" in sites):
-                        if not isinstance(getattr(residual, slot), nn.Identity):
+                    if "norm" in sites:
+                        for slot in (s for s in NORM_SLOTS if not isinstance(getattr(residual, s), nn.Identity)):
                             yield f"{name}.{r}.{slot}", stack, False, getattr(residual, slot)
                 if "out" in sites:
                     yield f"{name}.out", stack, False, layer

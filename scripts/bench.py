@@ -13,6 +13,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -20,8 +21,6 @@ from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from contextlib import nullcontext  # noqa: E402
 
 from data.batching import Batch  # noqa: E402
 from model import EncoderDecoder, ModelConfig, NormConfig  # noqa: E402
