@@ -3,13 +3,19 @@
     python train.py                                  # CMUdict G2P, default norm (pre-LN)
     python train.py norm=post_ln norm.impl=native    # any axis overridable
     python train.py -m norm=post_ln,pre_ln,pre_rms seed=0,1,2
+    python train.py -m +experiment=norm_ablation     # a preset sweep (conf/experiment/)
+    torchrun --nproc_per_node=4 train.py             # data parallel over 4 GPUs
 
 ``train(cfg)`` is the whole run; the loop below reads top to bottom (no Trainer class).
 """
 
+import os
 import random
+import resource
+import signal
 import sys
 import time
+import traceback
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +25,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from data.batching import Seq2SeqData, check_budget, train_stream
@@ -26,11 +33,16 @@ from data.cmudict_g2p import load_cmudict
 from data.tokenizer import PAD_ID, build_vocab, encode_all
 from model import EncoderDecoder, ModelConfig, NormConfig
 from model.telemetry import Telemetry, TelemetryConfig, first_nonfinite
-from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from training import distributed
+from training.checkpoint import LATEST, resolve_resume, rng_state, save_checkpoint, set_rng_state
 from training.evaluate import G2PEvalSet, evaluate_g2p, evaluate_loss
+from training.flops import peak_flops, train_flops
+from training.interrupt import RunInterrupted, StopRequest
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
+from training.status import DONE, read_status, write_status
 from training.step import train_step
+from training.sweep import in_multirun, parallel_jobs, sweep_group
 from training.validate import check_run_config
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -75,36 +87,62 @@ def config_diff(old: dict, new: dict, prefix: str = "") -> str:
 def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     """Run one training job described by ``cfg``; returns the final test metrics.
 
-    Writes into ``run_dir`` (default: Hydra's output dir): ``config.yaml`` (resolved),
-    ``metrics.jsonl``, ``checkpoint.pt``, ``src_vocab.json``, ``tgt_vocab.json``.
+    Writes into ``run_dir`` (default: Hydra's output dir; under torchrun rank 0 only):
+    ``config.yaml`` (resolved), ``metrics.jsonl``, ``status.json``, ``checkpoint.pt`` (+ the
+    previous one), ``src_vocab.json``, ``tgt_vocab.json``. With ``train.resume=auto`` (the
+    default) a run dir that already holds a finished or diverged run is skipped, and one that
+    holds an unfinished run continues from its latest good checkpoint.
 
     Raises:
         ValueError / FileNotFoundError: bad config values or resume path, found before training.
         NonFiniteLossError: the loss became non-finite; ``checkpoint.pt`` keeps the last finite state.
+        RunInterrupted: SIGTERM or SIGINT arrived; a checkpoint of the last step was written first.
     """
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    is_main = distributed.rank() == 0
+    if is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    status = read_status(run_dir)
+    if cfg.train.resume == "auto" and status.get("state") in DONE and status.get("max_steps") == cfg.trainer.max_steps:
+        print(f"normlab: {run_dir} already {status['state']} at step {status['step']}; skipped (train.resume=null reruns it)")
+        return status.get("test", {})
+    try:
+        return _train(cfg, run_dir, is_main)
+    except BaseException as e:
+        if is_main:
+            state = {NonFiniteLossError: "diverged", RunInterrupted: "interrupted", KeyboardInterrupt: "interrupted"}
+            write_status(run_dir, state=state.get(type(e), "failed"), error=f"{type(e).__name__}: {e}")
+            (run_dir / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
+        raise
+
+
+def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     tc = cfg.trainer
     check_run_config(cfg)
     if cfg.logger.name not in LOGGERS:
         raise ValueError(f"unknown logger {cfg.logger.name!r}; valid: {', '.join(LOGGERS)}")
-    device = resolve_device(tc.device)
+    device = distributed.local_device(resolve_device(tc.device))
+    world = distributed.world_size()
     mcfg = model_config(cfg, src_vocab=1, tgt_vocab=1)  # validates sizes and norm now; vocab sizes come below
     tcfg = TelemetryConfig(**OmegaConf.to_container(cfg.telemetry))
-    resume = load_checkpoint(cfg.train.resume) if cfg.train.resume else None
+    resume = resolve_resume(cfg.train.resume, run_dir)
+    ckpt, resumed_from = resume if resume else (None, None)
+    if is_main:
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+        write_status(run_dir, state="running", max_steps=tc.max_steps, error=None)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
     # Data: CMUdict splits, vocabularies (taken from the checkpoint on resume), token ids.
     splits = load_cmudict(keep_stress=cfg.data.keep_stress)
-    if resume:
-        src_vocab, tgt_vocab = (Tokenizer.from_str(resume["vocab"][k]) for k in ("src", "tgt"))
+    if ckpt:
+        src_vocab, tgt_vocab = (Tokenizer.from_str(ckpt["vocab"][k]) for k in ("src", "tgt"))
     else:
         src_vocab = build_vocab(splits["train"]["word"], unit="char")
         tgt_vocab = build_vocab(splits["train"]["phonemes"], unit="space")
-    src_vocab.save(str(run_dir / "src_vocab.json"))
-    tgt_vocab.save(str(run_dir / "tgt_vocab.json"))
+    if is_main:
+        src_vocab.save(str(run_dir / "src_vocab.json"))
+        tgt_vocab.save(str(run_dir / "tgt_vocab.json"))
     encoded = {
         name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
         for name, split in splits.items()
@@ -115,78 +153,88 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     test_set = G2PEvalSet.build(splits["test"]["word"], splits["test"]["phonemes"], encoded["test"].src)
     valid_words, test_words = valid_set.subset(tc.eval_max_words), test_set.subset(tc.test_max_words)
 
-    # Model, optimizer, schedule; on resume, all of their state and the data position.
+    # Model, optimizer, schedule; on resume, their state, the data position, RNG and counters.
     mcfg = replace(mcfg, src_vocab=src_vocab.get_vocab_size(), tgt_vocab=tgt_vocab.get_vocab_size())
-    if resume and (diff := config_diff(resume["model_config"], mcfg.to_dict())):
-        raise ValueError(f"train.resume: the checkpoint was trained with other settings ({diff}); resume with the same ones")
+    if ckpt and (diff := config_diff(ckpt["model_config"], mcfg.to_dict())):
+        raise ValueError(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
     model = EncoderDecoder(mcfg).to(device)
     opt = build_optimizer(model, cfg.optim.lr, tuple(cfg.optim.betas), cfg.optim.weight_decay, cfg.optim.eps)
-    sched = build_scheduler(opt, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay)
+    step, epoch, next_batch = 0, 0, 0
+    counters = {"wall_s": 0.0, "tgt_tokens": 0}  # training time and tokens in this run dir, over resumes
+    if ckpt:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        step, (epoch, next_batch), counters = ckpt["step"], ckpt["data_position"], ckpt["counters"]
+        set_rng_state(ckpt["rng"])
+        if changed := config_diff(ckpt["config"], OmegaConf.to_container(cfg, resolve=True)):
+            print(f"normlab: resuming {resumed_from} at step {step} with changed settings: {changed}")
+    sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay, start_step=step)
     if cfg.schedule.warmup_steps > tc.max_steps:
         print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} > trainer.max_steps={tc.max_steps}: "
               f"warmup cut to {tc.max_steps} steps, no decay")  # fmt: skip
-    step, epoch, batch_no = 0, 0, 0
-    if resume:
-        model.load_state_dict(resume["model"])
-        opt.load_state_dict(resume["optimizer"])
-        sched.load_state_dict(resume["scheduler"])
-        step, (epoch, batch_no) = resume["step"], resume["data_position"]
-        set_rng_state(resume["rng"])
-    n_params = sum(p.numel() for p in model.parameters())
+    if tc.compile:  # per layer: small graphs, quick to compile, module names unchanged
+        for layer in [*model.encoder, *model.decoder]:
+            layer.compile()
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    peak = peak_flops(device, tc.peak_tflops)
 
-    def checkpoint(epoch: int, batch_no: int) -> None:
-        save_checkpoint(run_dir / "checkpoint.pt", {
-            "model_config": mcfg.to_dict(), "model": model.state_dict(), "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(), "step": step, "data_position": (epoch, batch_no), "rng": rng_state(),
+    def checkpoint() -> None:
+        save_checkpoint(run_dir, {
+            "config": OmegaConf.to_container(cfg, resolve=True), "model_config": mcfg.to_dict(),
+            "model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+            "data_position": (epoch, next_batch), "rng": rng_state(), "counters": counters,
             "vocab": {"src": src_vocab.to_str(), "tgt": tgt_vocab.to_str()},
         })  # fmt: skip
+        write_status(
+            run_dir, step=step, wall_s=counters["wall_s"], tokens_per_s=counters["tgt_tokens"] / max(counters["wall_s"], 1e-9)
+        )
 
-    wandb_run = None
-    if cfg.logger.name == "wandb":
-        n = cfg.norm
-        wandb_run = {
-            "project": cfg.logger.project, "entity": cfg.logger.entity, "group": cfg.logger.group,
-            "name": run_dir.name, "config": OmegaConf.to_container(cfg, resolve=True),
-            "tags": [f"kind={n.kind}", f"impl={n.impl}", f"placement={n.placement}", f"seed={cfg.seed}"],
-        }  # fmt: skip
-    logger = MetricsLogger(run_dir, wandb_run)
+    logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None)
     telemetry = Telemetry(model, tcfg)
-    print(f"normlab: {n_params / 1e6:.2f}M parameters, norm {mcfg.norm.placement}/{mcfg.norm.kind}/{mcfg.norm.impl}, "
-          f"device {device}, run dir {run_dir}")  # fmt: skip
+    print(f"normlab: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, norm {mcfg.norm.placement}/"
+          f"{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, run dir {run_dir}")  # fmt: skip
 
-    stream = train_stream(encoded["train"], tc.max_tokens, cfg.seed, epoch, batch_no)
+    stream = train_stream(encoded["train"], tc.max_tokens, cfg.seed, epoch, next_batch,
+                          rank=distributed.rank(), world=world, accum=tc.grad_accum)  # fmt: skip
     loss_sum = torch.zeros((), device=device)  # summed on the device; read only when logging
     first_bad_step = torch.full((), -1, device=device)  # first step with a non-finite loss, -1 if none
-    steps_since_log, tokens_since_log, t_log = 0, 0, time.perf_counter()
-    last_good = f"{run_dir / 'checkpoint.pt'} (step {step})" if resume else "none written yet"
+    steps_since_log, tokens_since_log, flops_since_log, t_log = 0, 0, 0.0, time.perf_counter()
+    last_good = f"{resumed_from} (step {step})" if ckpt else "none written yet"
     first_bad_site = None  # first telemetry metric seen non-finite, named when the loss goes non-finite
     last_stats: dict[str, float] = {}  # latest telemetry record, drawn as a depth profile at each eval
     model.train()
     try:
-        with tqdm(total=tc.max_steps, initial=step, desc="train", dynamic_ncols=True) as bar:
+        with StopRequest() as stop, tqdm(total=tc.max_steps, initial=step, desc="train", disable=not is_main) as bar:
             while step < tc.max_steps:
-                epoch, batch_no, batch = next(stream)
-                batch = batch.to(device)
+                batches = next(stream)
+                epoch, next_batch = batches.epoch, batches.next_batch
+                micro = [b.to(device) for b in batches.micro]
                 step += 1
-                record = telemetry.due(step, tc.max_steps)
+                record = is_main and telemetry.due(step, tc.max_steps)
                 loss, grad_norm = train_step(
-                    model, batch, opt, sched, telemetry, record=record,
+                    ddp, micro, opt, sched, telemetry, step_tokens=batches.n_tgt_tokens, world=world, record=record,
                     label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast,
                 )  # fmt: skip
                 first_bad_step = torch.where((first_bad_step < 0) & ~torch.isfinite(loss), step, first_bad_step)
                 loss_sum += loss
                 steps_since_log += 1
-                tokens_since_log += batch.n_tgt_tokens
+                tokens_since_log += batches.n_tgt_tokens
+                flops_since_log += sum(train_flops(mcfg, B, S, T) for B, S, T, _ in batches.shapes)
                 bar.update(1)
 
                 evaluate = step % tc.eval_every == 0 or step == tc.max_steps
-                if step % tc.log_every == 0 or record or evaluate:
-                    # Two device-to-host transfers per logging step: telemetry, and these scalars.
+                save = step % tc.checkpoint_every == 0 or step == tc.max_steps
+                stop_signum = stop.signum if world == 1 else 0  # under DDP the ranks agree at logging steps
+                if step % tc.log_every == 0 or record or evaluate or save or stop_signum:
+                    # The only host syncs of the loop: telemetry, and these scalars (reduced over ranks).
                     stats = telemetry.collect()
                     clipped = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-                    bad, loss_total, norm, norm_clipped = torch.stack(
-                        [first_bad_step.float(), loss_sum, grad_norm, clipped]).tolist()  # fmt: skip
+                    bad = distributed.all_reduce(first_bad_step.clone(), "max")
+                    signum = distributed.all_reduce(torch.tensor(stop.signum, device=device), "max")
+                    bad, loss_total, norm, norm_clipped, stop_signum = torch.stack(
+                        [bad.float(), distributed.all_reduce(loss_sum.clone()) / world, grad_norm, clipped, signum.float()]
+                    ).tolist()  # fmt: skip
                     if first_bad_site is None and (first_bad_site := first_nonfinite(stats)):
                         bar.write(f"step {step}: first non-finite telemetry value at {first_bad_site}")
                     if bad >= 0:
@@ -194,6 +242,8 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
                         raise NonFiniteLossError(f"non-finite training loss at step {int(bad)}{where}; "
                                                  f"last finite checkpoint: {last_good}")  # fmt: skip
                     elapsed = time.perf_counter() - t_log
+                    counters["wall_s"] += elapsed
+                    counters["tgt_tokens"] += tokens_since_log
                     metrics = {
                         "train/loss": loss_total / steps_since_log,
                         "optim/lr": sched.get_last_lr()[0],
@@ -201,6 +251,8 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
                         "optim/grad_norm_clipped": norm_clipped,
                         "perf/tokens_per_s": tokens_since_log / elapsed,
                         "perf/step_ms": 1000 * elapsed / steps_since_log,
+                        **({"perf/mfu": flops_since_log / elapsed / (peak * world)} if peak else {}),
+                        "mem/peak_gib": peak_memory_gib(device),
                         **stats,
                     }
                     logger.log(step, metrics)
@@ -208,24 +260,54 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
                     bar.set_postfix(loss=f"{metrics['train/loss']:.3f}", lr=f"{metrics['optim/lr']:.2e}",
                                     tok_s=f"{metrics['perf/tokens_per_s']:.0f}")  # fmt: skip
                     loss_sum.zero_()
-                    steps_since_log, tokens_since_log = 0, 0
-                    if evaluate:
+                    steps_since_log, tokens_since_log, flops_since_log = 0, 0, 0.0
+                    if evaluate and is_main:
                         g2p = evaluate_g2p(model, valid_words, tgt_vocab, tc.max_tokens, device)
                         val = {"val/loss": evaluate_loss(model, encoded["valid"], tc.max_tokens, device)}
                         val.update({f"val/{k}": v for k, v in g2p.items()})
                         logger.log(step, val)
                         logger.log_depth_profile(step, last_stats)
                         bar.write(f"step {step}: val loss {val['val/loss']:.3f}, PER {g2p['per']:.2%}, WER {g2p['wer']:.2%}")
-                        checkpoint(epoch, batch_no + 1)
-                        last_good = f"{run_dir / 'checkpoint.pt'} (step {step})"
-                    t_log = time.perf_counter()  # evaluation time is not training throughput
+                    if (save or stop_signum) and is_main:
+                        checkpoint()
+                        last_good = f"{run_dir / LATEST} (step {step})"
+                    if stop_signum:
+                        name = signal.Signals(int(stop_signum)).name
+                        raise RunInterrupted(f"stopped by {name} after step {step}; checkpoint {run_dir / LATEST}; "
+                                             f"continue with: python train.py train.resume=auto hydra.run.dir={run_dir} "
+                                             "(plus this run's overrides)", int(stop_signum))  # fmt: skip
+                    t_log = time.perf_counter()  # evaluation and checkpoint time is not training throughput
 
-        test = {f"test/{k}": v for k, v in evaluate_g2p(model, test_words, tgt_vocab, tc.max_tokens, device).items()}
-        logger.log(step, test)
+        test = {}
+        if is_main:
+            test = {f"test/{k}": v for k, v in evaluate_g2p(model, test_words, tgt_vocab, tc.max_tokens, device).items()}
+            logger.log(step, test)
+            write_status(run_dir, state="finished", test=test)
     finally:
         logger.close()
-    print_summary(run_dir, mcfg, step, test, len(test_words.words))
+    if is_main:
+        print_summary(run_dir, mcfg, step, test, len(test_words.words))
     return test
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    """Peak memory of this process in GiB: CUDA max allocated, or on CPU the peak resident set."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # Linux reports KiB
+
+
+def wandb_run(cfg: DictConfig, run_dir: Path) -> dict | None:
+    """``wandb.init`` arguments of this run (None for ``logger=none``): one wandb run per job,
+    grouped by sweep, tagged with the norm axes and seed, with the resolved config."""
+    if cfg.logger.name != "wandb":
+        return None
+    n = cfg.norm
+    return {
+        "project": cfg.logger.project, "entity": cfg.logger.entity, "group": cfg.logger.group or sweep_group(),
+        "name": run_dir.name, "config": OmegaConf.to_container(cfg, resolve=True),
+        "tags": [f"kind={n.kind}", f"impl={n.impl}", f"placement={n.placement}", f"seed={cfg.seed}"],
+    }  # fmt: skip
 
 
 def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, test: dict[str, float], n_words: int) -> None:
@@ -242,13 +324,29 @@ def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, test: dict[str, f
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    # Bad input and a diverged run are expected outcomes, not bugs: one line, no traceback.
+    # Bad input and a diverged run are expected outcomes, not bugs: one line, no traceback. In a
+    # sweep no failure stops the other jobs: the job's status.json and error.log record it, and
+    # the sweep summary (training/sweep.py) lists it at the end.
+    if (jobs := parallel_jobs()) > 1:  # side-by-side jobs each take their share of the cores
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
     try:
         train(cfg)
+    except RunInterrupted as e:
+        print(f"normlab: {e}", file=sys.stderr)
+        sys.exit(128 + e.signum)
     except (ValueError, FileNotFoundError, NonFiniteLossError) as e:
         print(f"normlab: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        if not in_multirun():
+            sys.exit(1)
+    except Exception as e:
+        if not in_multirun():
+            raise
+        print(f"normlab: job failed: {type(e).__name__}: {e} (traceback in error.log of the job dir)", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main()
+    distributed.init_from_env()
+    try:
+        main()
+    finally:
+        distributed.shutdown()

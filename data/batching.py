@@ -103,15 +103,69 @@ def collate(data: Seq2SeqData, index: list[int]) -> Batch:
     return Batch(src, tgt_in, tgt_out, list(index), n_tgt)
 
 
+def batch_shape(data: Seq2SeqData, index: list[int]) -> tuple[int, int, int, int]:
+    """(B, S, T, target tokens) of the batch :func:`collate` would make from rows ``index``."""
+    S = max(len(data.src[i]) for i in index) + 1
+    T = max(len(data.tgt[i]) for i in index) + 1
+    return len(index), S, T, sum(len(data.tgt[i]) + 1 for i in index)
+
+
+@dataclass
+class StepBatches:
+    """What one optimizer step trains on, seen from one rank.
+
+    Attributes:
+        epoch: epoch of these batches.
+        next_batch: index (in the epoch's batch order) of the first batch of the next step:
+            where a run resumed after this step continues.
+        micro: this rank's micro-batches (``trainer.grad_accum`` of them).
+        shapes: (B, S, T, target tokens) of every batch of the step, all ranks.
+    """
+
+    epoch: int
+    next_batch: int
+    micro: list[Batch]
+    shapes: list[tuple[int, int, int, int]]
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        """Target tokens of the whole step, all ranks: the loss is averaged over these."""
+        return sum(shape[3] for shape in self.shapes)
+
+
 def train_stream(
-    data: Seq2SeqData, max_tokens: int, seed: int, start_epoch: int = 0, start_batch: int = 0
-) -> Iterator[tuple[int, int, Batch]]:
-    """Endless training batches as ``(epoch, batch_number, batch)``, reshuffled each epoch from
-    ``(seed, epoch)``; starts at ``(start_epoch, start_batch)`` so a resumed run continues exactly."""
+    data: Seq2SeqData,
+    max_tokens: int,
+    seed: int,
+    start_epoch: int = 0,
+    start_batch: int = 0,
+    *,
+    rank: int = 0,
+    world: int = 1,
+    accum: int = 1,
+) -> Iterator[StepBatches]:
+    """Endless optimizer steps, reshuffled each epoch from ``(seed, epoch)``; starts at
+    ``(start_epoch, start_batch)`` so a resumed run continues exactly.
+
+    A step takes the next ``world x accum`` batches of the epoch's order: rank r trains on
+    batches ``r*accum ... r*accum + accum - 1`` of them, so every rank sees other data and the
+    union is what one process with ``accum x world`` accumulation steps would see. The last
+    ``len % (world x accum)`` batches of an epoch are skipped (the next epoch reshuffles).
+
+    Raises:
+        ValueError: the split has fewer batches than ``world x accum``.
+    """
+    per_step = world * accum
     epoch = start_epoch
     while True:
         gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         batches = make_batches(data, max_tokens, gen)
-        for b in range(start_batch if epoch == start_epoch else 0, len(batches)):
-            yield epoch, b, collate(data, batches[b])
+        usable = len(batches) - len(batches) % per_step
+        if usable == 0:
+            raise ValueError(f"the training split makes {len(batches)} batches, fewer than world size x "
+                             f"trainer.grad_accum = {per_step}; lower trainer.grad_accum or trainer.max_tokens")  # fmt: skip
+        for b in range(start_batch if epoch == start_epoch else 0, usable, per_step):
+            group = batches[b : b + per_step]
+            mine = group[rank * accum : (rank + 1) * accum]
+            yield StepBatches(epoch, b + per_step, [collate(data, i) for i in mine], [batch_shape(data, i) for i in group])
         epoch += 1

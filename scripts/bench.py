@@ -3,6 +3,8 @@
     python scripts/bench.py norms                 # each norm kind x impl, eager and compiled, + a training step per preset
     python scripts/bench.py norms --no-compile --dims 256
     python scripts/bench.py telemetry             # step-time overhead of telemetry=light|full vs off
+    python scripts/bench.py model                 # a training step, normlab vs torch.nn.Transformer (scripts/bench_model.py)
+    python scripts/bench.py model --device cuda --compile
 
 Variants are timed in alternating rounds (A B C A B C ...) so that drift of a shared machine hits
 all of them alike; each figure is the median over rounds. Ratios > 1 are slower than the baseline.
@@ -26,6 +28,7 @@ from data.batching import Batch  # noqa: E402
 from model import EncoderDecoder, ModelConfig, NormConfig  # noqa: E402
 from model.norms import build_norm  # noqa: E402
 from model.telemetry import Telemetry, TelemetryConfig  # noqa: E402
+from scripts.bench_model import SIZES, bench_model  # noqa: E402
 from training.optim import build_optimizer, build_scheduler  # noqa: E402
 from training.step import train_step  # noqa: E402
 
@@ -125,13 +128,14 @@ def make_step(model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | 
     """``window`` consecutive training steps as train.py runs them (shared ``train_step``),
     telemetry recording on its due steps and read back to the host there, as when logging."""
     opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 0, 10**9, "constant")
+    sched = build_scheduler(opt, 1e-4, 0, 10**9, "constant")
     tele = Telemetry(model, telemetry or TelemetryConfig(every=0))
 
     def run() -> None:
         for step in range(1, window + 1):
             record = tele.due(step, window)
-            train_step(model, batch, opt, sched, tele, record=record, label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext())
+            train_step(model, [batch], opt, sched, tele, step_tokens=batch.n_tgt_tokens, record=record,
+                       label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext())  # fmt: skip
             if record:
                 tele.collect()
 
@@ -167,7 +171,16 @@ def main() -> None:
     tele = sub.add_parser("telemetry", help="step-time overhead of each telemetry preset vs off")
     tele.add_argument("--rounds", type=int, default=5)
     tele.add_argument("--window", type=int, default=50, help="consecutive steps per timing (light records once per 50)")
+    model = sub.add_parser("model", help="a training step of normlab vs torch.nn.Transformer, same sizes and batch")
+    model.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
+    model.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    model.add_argument("--compile", action="store_true", help="torch.compile every layer of both models")
+    model.add_argument("--rounds", type=int, default=10)
+    model.add_argument("--rows", type=int, default=256, help="sentences per batch")
+    model.add_argument("--length", type=int, default=16, help="src and tgt positions per sentence (padded)")
     args = parser.parse_args()
+    if args.what == "model":
+        bench_model(args.sizes, torch.device(args.device), args.rounds, args.compile, args.rows, args.length)
     if args.what == "telemetry":
         bench_telemetry(args.rounds, args.window)
     if args.what == "norms":

@@ -83,11 +83,23 @@ def test_train_stream_resumes_at_the_same_batch():
     data = Seq2SeqData([[5] * (i % 9 + 1) for i in range(300)], [[6] * (i % 7 + 1) for i in range(300)])
     full = train_stream(data, 64, seed=3)
     seen = [next(full) for _ in range(40)]
-    epoch, batch_no, _ = seen[24]
-    resumed = train_stream(data, 64, seed=3, start_epoch=epoch, start_batch=batch_no + 1)
+    resumed = train_stream(data, 64, seed=3, start_epoch=seen[24].epoch, start_batch=seen[24].next_batch)
     for expected in seen[25:]:
         got = next(resumed)
-        assert got[:2] == expected[:2] and got[2].index == expected[2].index
+        assert (got.epoch, got.next_batch) == (expected.epoch, expected.next_batch)
+        assert got.micro[0].index == expected.micro[0].index
+
+
+def test_train_stream_shards_ranks_and_accumulation_steps_over_the_same_batches():
+    data = Seq2SeqData([[5] * (i % 9 + 1) for i in range(300)], [[6] * (i % 7 + 1) for i in range(300)])
+    one = train_stream(data, 64, seed=3, accum=4)  # one process, 4 micro-batches per step
+    ranks = [train_stream(data, 64, seed=3, rank=r, world=2, accum=2) for r in range(2)]  # 2 ranks x 2
+    for _ in range(30):
+        step = next(one)
+        shards = [next(r) for r in ranks]
+        assert [b.index for b in step.micro] == [b.index for s in shards for b in s.micro]
+        assert all(s.shapes == step.shapes and s.n_tgt_tokens == step.n_tgt_tokens for s in shards)
+        assert step.n_tgt_tokens == sum(b.n_tgt_tokens for b in step.micro)
 
 
 def test_empty_split_is_an_error():

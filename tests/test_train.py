@@ -105,7 +105,7 @@ def test_resume_path_that_does_not_exist(tmp_path):
 def test_resume_path_that_is_not_a_checkpoint(tmp_path):
     bogus = tmp_path / "bogus.pt"
     bogus.write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="is not a readable checkpoint"):
+    with pytest.raises(ValueError, match="bogus.pt' is truncated or corrupt"):
         train_module.train(make_cfg(f"train.resume={bogus}"), tmp_path / "run")
 
 
@@ -121,7 +121,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path, mo
     # The NaN step's update poisons every weight, so step 10's telemetry sees NaN from the embeddings on.
     pattern = r"step 8; first non-finite activation: act/enc.embed/rms; last finite checkpoint: .*checkpoint.pt \(step 5\)"
     with pytest.raises(train_module.NonFiniteLossError, match=pattern):
-        train_module.train(make_cfg("trainer.eval_every=5", "trainer.log_every=5"), tmp_path)
+        train_module.train(make_cfg("trainer.checkpoint_every=5", "trainer.log_every=5"), tmp_path)
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
     assert ckpt["step"] == 5
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
@@ -150,6 +150,8 @@ def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
         ("schedule.decay=exp", "schedule.decay='exp' is invalid; valid: linear, cosine, constant"),
         ("telemetry.every=-1", "telemetry.every must be an integer >= 0, got -1"),
         ("trainer.max_tokens=5", "trainer.max_tokens=5 is smaller than the longest row"),
+        ("trainer.grad_accum=0", "trainer.grad_accum=0 is invalid; it must be an integer >= 1"),
+        ("trainer.compile=yes", "trainer.compile='yes' is invalid; it must be true or false"),
     ],
 )
 def test_cli_bad_input_stops_with_one_clear_message(override, message, tmp_path):

@@ -1,10 +1,17 @@
-"""Checkpoints written atomically (temp file + fsync + rename) and read back with clear errors.
+"""Checkpoints written atomically, verified on read, with the previous one kept as a fallback.
 
-A checkpoint is one ``torch.save`` dict: ``model_config`` (plain dict), ``model``, ``optimizer``,
-``scheduler``, ``step``, ``data_position`` (epoch, batch), ``rng`` (torch CPU/CUDA and Python
-``random`` states) and ``format``. A reader never sees a half-written file: the rename is atomic.
+A checkpoint is one ``torch.save`` dict: ``config`` (resolved run config), ``model_config``
+(plain dict), ``model``, ``optimizer``, ``step``, ``data_position`` (epoch, batch), ``rng``
+(torch CPU/CUDA and Python ``random`` states), ``vocab`` and ``format``. The learning-rate
+schedule is not stored: it is a function of (config, step), re-planned on resume.
+
+On disk a run dir holds ``checkpoint.pt`` (latest), ``checkpoint.prev.pt`` (the one before) and a
+``.sha256`` file next to each. A write goes to a temp file, is fsynced, and only then renamed
+into place, so a reader never sees half a file; the digest catches what the rename cannot (a
+disk or copy that corrupts bytes, which ``torch.load`` would load without complaint).
 """
 
+import hashlib
 import os
 import random
 import tempfile
@@ -13,8 +20,9 @@ from typing import Any
 
 import torch
 
-FORMAT = "normlab-checkpoint-v1"
-KEYS = ("model_config", "model", "optimizer", "scheduler", "step", "data_position", "rng")
+FORMAT = "normlab-checkpoint-v2"
+KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "vocab")
+LATEST, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
 
 
 def rng_state() -> dict[str, Any]:
@@ -32,20 +40,20 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write ``state`` (must hold every key in ``KEYS``) to ``path`` atomically.
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
 
-    Raises:
-        KeyError: a required key is missing.
-    """
-    missing = [k for k in KEYS if k not in state]
-    if missing:
-        raise KeyError(f"checkpoint state lacks {missing}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+
+def _atomic_write(path: Path, write) -> None:
+    """Call ``write(file)`` on a temp file next to ``path``, fsync, then rename it onto ``path``."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, **state}, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -54,21 +62,83 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
         raise
 
 
+def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
+    """Write ``state`` (must hold every key in ``KEYS``) as ``run_dir/checkpoint.pt``; the checkpoint
+    it replaces becomes ``checkpoint.prev.pt``. Returns the path written.
+
+    Raises:
+        KeyError: a required key is missing.
+    """
+    missing = [k for k in KEYS if k not in state]
+    if missing:
+        raise KeyError(f"checkpoint state lacks {missing}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    latest, previous, staged = run_dir / LATEST, run_dir / PREVIOUS, run_dir / f".{LATEST}.new"
+    _atomic_write(staged, lambda f: torch.save({"format": FORMAT, **state}, f))
+    digest = _sha256(staged)
+    if latest.exists():  # keep the last good checkpoint until the new one is in place
+        os.replace(latest, previous)
+        if Path(f"{latest}.sha256").exists():
+            os.replace(f"{latest}.sha256", f"{previous}.sha256")
+    os.replace(staged, latest)
+    _atomic_write(Path(f"{latest}.sha256"), lambda f: f.write(f"{digest}  {LATEST}\n".encode()))
+    return latest
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint` onto the CPU.
+    """Read and verify a checkpoint written by :func:`save_checkpoint`, onto the CPU.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: the file is not a normlab checkpoint (truncated, corrupt, or another format).
+        ValueError: the file is truncated or corrupt (digest mismatch, unreadable) or not a
+            normlab checkpoint of this format; the message names the file.
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"train.resume: no checkpoint file at {str(path)!r}")
+        raise FileNotFoundError(f"no checkpoint file at {str(path)!r}")
+    sidecar = Path(f"{path}.sha256")
+    if sidecar.is_file() and sidecar.read_text().split()[0] != _sha256(path):
+        raise ValueError(f"checkpoint {str(path)!r} is corrupt: its SHA-256 differs from {sidecar.name}")
     try:
         # weights_only=False: the file holds Python RNG state; only load checkpoints you trust.
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
-        raise ValueError(f"train.resume: {str(path)!r} is not a readable checkpoint ({type(e).__name__}: {e})") from e
+        raise ValueError(f"checkpoint {str(path)!r} is truncated or corrupt ({type(e).__name__}: {e})") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
-        raise ValueError(f"train.resume: {str(path)!r} is not a normlab checkpoint (expected format {FORMAT!r})")
+        raise ValueError(f"{str(path)!r} is not a normlab checkpoint (expected format {FORMAT!r})")
     return ckpt
+
+
+def load_latest_good(path: Path) -> tuple[dict[str, Any], Path]:
+    """Load ``path``; if it is corrupt and a ``checkpoint.prev.pt`` sits next to it, warn (naming
+    the bad file) and load that instead. Returns (checkpoint, the path it came from).
+
+    Raises:
+        FileNotFoundError / ValueError: as :func:`load_checkpoint`, when no good checkpoint is left.
+    """
+    try:
+        return load_checkpoint(path), path
+    except ValueError as e:
+        fallback = path.with_name(PREVIOUS)
+        if path.name != LATEST or not fallback.is_file():
+            raise
+        print(f"normlab: warning: {e}; using the previous checkpoint {fallback}")
+        return load_checkpoint(fallback), fallback
+
+
+def resolve_resume(resume: str | None, run_dir: Path) -> tuple[dict[str, Any], Path] | None:
+    """The checkpoint a run starts from: ``train.resume`` = a path, ``auto`` (the latest good
+    checkpoint in ``run_dir``, or a fresh start when there is none) or null (fresh start).
+
+    Raises:
+        FileNotFoundError: an explicit path that does not exist.
+        ValueError: the checkpoint (and its fallback) is corrupt or of another format.
+    """
+    if resume is None:
+        return None
+    if resume == "auto":
+        latest = run_dir / LATEST
+        if not latest.exists() and not (run_dir / PREVIOUS).exists():
+            return None
+        return load_latest_good(latest if latest.exists() else run_dir / PREVIOUS)
+    return load_latest_good(Path(resume))

@@ -33,13 +33,12 @@ class MetricsLogger:
     """Appends one JSON object per logging step to ``run_dir/metrics.jsonl``; mirrors to wandb.
 
     Args:
-        run_dir: the run directory.
+        run_dir: the run directory, or None to write nothing (ranks other than 0).
         wandb_run: kwargs for ``wandb.init`` (project, group, name, tags, config), or None for no wandb.
     """
 
-    def __init__(self, run_dir: Path, wandb_run: dict[str, Any] | None) -> None:
-        self.path = run_dir / "metrics.jsonl"
-        self._file = self.path.open("a", encoding="utf-8")
+    def __init__(self, run_dir: Path | None, wandb_run: dict[str, Any] | None) -> None:
+        self._file = None if run_dir is None else (run_dir / "metrics.jsonl").open("a", encoding="utf-8")
         self._wandb = None
         if wandb_run is not None:
             import wandb  # only runs that log to wandb pay for importing it
@@ -47,13 +46,15 @@ class MetricsLogger:
             mode = wandb_mode()
             self._wandb = wandb.init(dir=str(run_dir), mode=mode, job_type="train", reinit="finish_previous", **wandb_run)
             self._wandb.define_metric("trainer/step")
-            for prefix in ("train", "val", "test", "optim", "perf", "act", "grad", "update", "attn"):
+            for prefix in ("train", "val", "test", "optim", "perf", "mem", "act", "grad", "update", "attn"):
                 self._wandb.define_metric(f"{prefix}/*", step_metric="trainer/step")
             if mode == "offline":
                 print(f"wandb is offline (no API key found); upload later with: wandb sync {Path(self._wandb.dir).parent}")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``metrics`` at training step ``step``. Non-finite values are written as null."""
+        if self._file is None:
+            return
         row = {"step": step, **{k: (v if math.isfinite(v) else None) for k, v in metrics.items()}}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
@@ -78,7 +79,8 @@ class MetricsLogger:
         self._wandb.log({"act/rms_vs_depth": chart}, step=step)
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None

@@ -1,5 +1,7 @@
 """AdamW and a linear-warmup-then-decay learning rate, from torch's own schedulers."""
 
+import warnings
+
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
@@ -22,10 +24,16 @@ def build_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
 
 
-def build_scheduler(opt: torch.optim.Optimizer, warmup_steps: int, max_steps: int, decay: str) -> LRScheduler:
-    """Linear warmup from ~0 to the peak lr over ``warmup_steps``, then ``decay`` to 0 at ``max_steps``.
+def build_scheduler(
+    opt: torch.optim.Optimizer, peak_lr: float, warmup_steps: int, max_steps: int, decay: str, start_step: int = 0
+) -> LRScheduler:
+    """Linear warmup from ~0 to ``peak_lr`` over ``warmup_steps``, then ``decay`` to 0 at ``max_steps``,
+    advanced to ``start_step``.
 
-    A warmup longer than the run is cut at ``max_steps`` (short smoke runs keep the preset's warmup).
+    The schedule is a function of (these settings, step) and is never loaded from a checkpoint:
+    a resumed run replays it to its step, so it gets the same learning rates as an
+    uninterrupted run, and a resume with another ``max_steps`` re-plans the decay. A warmup
+    longer than the run is cut at ``max_steps`` (short smoke runs keep the preset's warmup).
 
     Raises:
         ValueError: unknown decay (valid: linear, cosine, constant) or a negative warmup_steps.
@@ -34,6 +42,9 @@ def build_scheduler(opt: torch.optim.Optimizer, warmup_steps: int, max_steps: in
         raise ValueError(f"unknown schedule.decay {decay!r}; valid: {', '.join(DECAYS)}")
     if warmup_steps < 0:
         raise ValueError(f"schedule.warmup_steps must be >= 0, got {warmup_steps}")
+    for group in opt.param_groups:  # start from the configured peak, not a loaded optimizer's lr
+        group["lr"] = peak_lr
+        group.pop("initial_lr", None)
     warmup_steps = min(warmup_steps, max_steps)
     rest = max(max_steps - warmup_steps, 1)
     after = {
@@ -42,6 +53,12 @@ def build_scheduler(opt: torch.optim.Optimizer, warmup_steps: int, max_steps: in
         "constant": lambda: LinearLR(opt, start_factor=1.0, end_factor=1.0, total_iters=rest),
     }[decay]
     if warmup_steps == 0:
-        return after()
-    warmup = LinearLR(opt, start_factor=1.0 / warmup_steps, end_factor=1.0, total_iters=warmup_steps)
-    return SequentialLR(opt, [warmup, after()], milestones=[warmup_steps])
+        sched = after()
+    else:
+        warmup = LinearLR(opt, start_factor=1.0 / warmup_steps, end_factor=1.0, total_iters=warmup_steps)
+        sched = SequentialLR(opt, [warmup, after()], milestones=[warmup_steps])
+    with warnings.catch_warnings():  # replaying without optimizer steps is the point here
+        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
+        for _ in range(start_step):
+            sched.step()
+    return sched

@@ -1,0 +1,314 @@
+"""A local dashboard for a sweep: one self-contained HTML page plus PNGs, offline.
+
+    python scripts/report.py SWEEP_DIR [SWEEP_DIR ...] [--out DIR]
+
+Reads every run directory (``config.yaml`` + ``metrics.jsonl``, optionally ``status.json``) under the
+given directories (a Hydra multirun dir, a single run dir, or several) and writes into ``--out``
+(default ``<first dir>/report/``):
+
+- ``index.html``: training loss, validation loss and validation PER (BLEU for translation runs) vs step
+  (a thin line per run; per variant the mean over seeds with a min-max band), residual RMS and
+  gradient norm vs depth, and summary tables per run and per variant. plotly.js is embedded: the page
+  works offline. Once every chart has drawn, ``<body data-plots-drawn>`` equals ``data-plots-expected``;
+  JavaScript errors (uncaught, rejected promises, ``console.error``) are counted in ``<html data-js-errors>``.
+- one PNG per chart (``loss.png``, ``val_loss.png``, ``val_per.png``, ``rms_vs_depth.png``, ``grad_vs_depth.png``).
+
+Runs whose configs differ only in the seed form a variant (see ``scripts/report_data.py``). Diverged,
+crashed or half-written runs are listed and marked, never fatal.
+"""
+
+import argparse
+import html
+import math
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import plotly.graph_objects as go  # noqa: E402
+import plotly.io as pio  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scripts.report_data import TASKS, Panel, ReportError, Run, Variant, build_panels, detect_task, group_variants, load_runs  # noqa: E402
+
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+MPL_DASH = {"solid": "-", "dash": "--", "dot": ":"}
+DRAWN_JS = "document.body.dataset.plotsDrawn = String(Number(document.body.dataset.plotsDrawn || 0) + 1);"
+ERRORS_JS = """window.reportErrors = [];
+function reportError(message) {
+  window.reportErrors.push(String(message));
+  document.documentElement.dataset.jsErrors = String(window.reportErrors.length);
+  document.documentElement.dataset.jsFirstError = window.reportErrors[0];
+}
+window.addEventListener('error', function (e) { reportError(e.message); });
+window.addEventListener('unhandledrejection', function (e) { reportError('unhandled rejection: ' + e.reason); });
+var consoleError = console.error;
+console.error = function () {
+  reportError(Array.prototype.join.call(arguments, ' '));
+  consoleError.apply(console, arguments);
+};"""
+CSS = """body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; font-size: 0.85em; margin-bottom: 2em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f0f0f0; } td.text { text-align: left; max-width: 32em; overflow-wrap: anywhere; }
+tr.diverged, tr.failed { background: #fde2e2; } tr.unknown, tr.interrupted, tr.running { background: #f4f4f4; color: #555; }
+.plot { height: 460px; margin-bottom: 1em; } .note { color: #666; font-size: 0.9em; }"""
+
+
+def variant_colors(variants: list[Variant]) -> dict[str, str]:
+    """Variant label -> colour, the same in the HTML and the PNGs."""
+    return {v.label: COLORS[i % len(COLORS)] for i, v in enumerate(variants)}
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
+    """The plotly version of ``panel``. Every trace carries ``meta = {"role", "variant"}`` (``run``,
+    ``mean``, ``band`` or ``profile``), so the page's figure JSON says which curve is which."""
+    fig = go.Figure()
+    for line in panel.lines:
+        color, meta = colors[line.variant], {"role": line.role, "variant": line.variant}
+        common = {"x": line.x, "mode": "lines", "legendgroup": line.variant, "connectgaps": False}
+        if line.role == "run":
+            fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 1}, opacity=0.45, showlegend=False,
+                            meta={**meta, "run": line.name}, **common)  # fmt: skip
+        elif line.role == "mean":
+            band = {"line": {"width": 0}, "showlegend": False, "hoverinfo": "skip", "meta": {**meta, "role": "band"}}
+            fig.add_scatter(y=line.hi, name=f"{line.variant} max", **band, **common)
+            fig.add_scatter(y=line.lo, name=f"{line.variant} min", fill="tonexty", fillcolor=_rgba(color, 0.15), **band, **common)
+            fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 2.5}, meta=meta, **common)
+        else:
+            common["mode"] = "lines+markers"
+            fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash}, meta=meta, **common)
+    fig.update_layout(title=panel.title, template="plotly_white", margin={"t": 50, "b": 40},
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.15, "font": {"size": 10}})  # fmt: skip
+    fig.update_xaxes(title=panel.xlabel, **({"dtick": 1} if panel.integer_x else {}))
+    fig.update_yaxes(title=panel.ylabel, type="log" if panel.log_y else "linear")
+    if panel.note:
+        fig.add_annotation(text=panel.note, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
+def figure_html(fig: go.Figure, div_id: str, include_plotlyjs: bool) -> str:
+    """A ``<div>`` drawing ``fig``; bumps ``<body data-plots-drawn>`` once plotly has drawn it."""
+    return pio.to_html(fig, include_plotlyjs=include_plotlyjs, full_html=False, div_id=div_id, post_script=DRAWN_JS,
+                       default_height="100%", config={"responsive": True})  # fmt: skip
+
+
+def save_png(panel: Panel, colors: dict[str, str], out_dir: Path) -> Path:
+    """Draw ``panel`` with matplotlib into ``out_dir/<panel.key>.png``; returns the path."""
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for line in panel.lines:
+        x, y, color = np.asarray(line.x, dtype=float), np.asarray(line.y, dtype=float), colors[line.variant]
+        if line.role == "run":
+            ax.plot(x, y, color=color, lw=0.8, alpha=0.4)
+        elif line.role == "mean":
+            ax.fill_between(x, np.asarray(line.lo, dtype=float), np.asarray(line.hi, dtype=float), color=color, alpha=0.15, lw=0)
+            ax.plot(x, y, color=color, lw=2, label=line.name)
+        else:
+            ax.plot(x, y, color=color, ls=MPL_DASH.get(line.dash, "-"), marker="o", ms=3, label=line.name)
+    has_positive = any(v is not None and v > 0 for line in panel.lines for v in line.y)
+    if panel.log_y and has_positive:
+        ax.set_yscale("log")
+    if panel.integer_x:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if panel.note:
+        ax.text(0.5, 0.5, panel.note, ha="center", va="center", transform=ax.transAxes, color="#666")
+    ax.set(title=panel.title, xlabel=panel.xlabel, ylabel=panel.ylabel)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    path = out_dir / f"{panel.key}.png"
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, s = divmod(round(seconds), 60)
+    return f"{minutes} min {s:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _fmt_rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+# A column: (key, header, cell) where cell(run or variant) -> (raw value for data-value, shown text).
+Column = tuple[str, str, Callable]
+
+
+def run_columns(task: str) -> list[Column]:
+    """The per-run table's columns for ``task`` (test PER/WER in %, or BLEU/chrF)."""
+    _, test_metrics, scale = TASKS[task]
+    unit = " (%)" if scale != 1.0 else ""
+
+    def metric_col(m: str) -> Column:
+        return m, f"{m.split('/')[1].upper()}{unit}", lambda r: (v := r.final(m), _fmt(None if v is None else v * scale, 2))
+
+    return [
+        ("run", "run", lambda r: (r.label, r.label)),
+        ("seed", "seed", lambda r: (r.seed, "—" if r.seed is None else str(r.seed))),
+        ("state", "state", lambda r: (r.status_state, r.status_state)),
+        ("diverged", "diverged", lambda r: (r.diverged, "yes" if r.diverged else "no")),
+        ("step", "step", lambda r: (r.last_step, f"{r.last_step if r.last_step is not None else '—'} / {r.max_steps or '?'}")),
+        *(metric_col(m) for m in test_metrics),
+        ("best_val_loss", "best valid loss", lambda r: (v := r.best("val/loss"), _fmt(v))),
+        ("wall_s", "wall time", lambda r: (r.wall_s, _fmt_time(r.wall_s))),
+        ("tokens_per_s", "tokens/s", lambda r: (r.tokens_per_s, _fmt_rate(r.tokens_per_s))),
+        ("notes", "notes", lambda r: ("; ".join(r.notes), "; ".join(r.notes))),
+    ]
+
+
+def variant_columns(task: str) -> list[Column]:
+    """The per-variant table's columns: means over the variant's runs that have the value."""
+    _, test_metrics, scale = TASKS[task]
+    unit = " (%)" if scale != 1.0 else ""
+
+    def mean_col(key: str, header: str, get: Callable[[Run], float | None], shown_scale: float = 1.0, digits: int = 3) -> Column:
+        def cell(v: Variant) -> tuple:
+            values = [x for x in map(get, v.runs) if x is not None]
+            mean = _mean(values)
+            spread = f" ± {statistics.stdev(values) * shown_scale:.{digits}f}" if len(values) > 1 else ""
+            text = "—" if mean is None else f"{mean * shown_scale:.{digits}f}{spread} (n={len(values)})"
+            return mean, text
+
+        return key, header, cell
+
+    return [
+        ("variant", "variant", lambda v: (v.label, v.label)),
+        ("runs", "runs", lambda v: (len(v.runs), str(len(v.runs)))),
+        ("diverged", "diverged", lambda v: (n := sum(r.diverged for r in v.runs), str(n))),
+        *(mean_col(m, f"mean {m.split('/')[1].upper()}{unit}", lambda r, m=m: r.final(m), scale, 2) for m in test_metrics),
+        mean_col("best_val_loss", "mean best valid loss", lambda r: r.best("val/loss")),
+        ("wall_s", "mean wall time", lambda v: (x := _mean([r.wall_s for r in v.runs]), _fmt_time(x))),
+        ("tokens_per_s", "mean tokens/s", lambda v: (x := _mean([r.tokens_per_s for r in v.runs]), _fmt_rate(x))),
+    ]
+
+
+def table_html(columns: list[Column], items: list, row_attr: str, row_class: Callable[[object], str]) -> str:
+    """An HTML table, one row per item; each row carries ``data-<row_attr>`` (its first column) and each
+    cell ``data-col`` and ``data-value`` (the unformatted value), so tests and scripts can read it back."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
+    rows = []
+    for item in items:
+        cells = [(key, *cell(item)) for key, _, cell in columns]
+        tds = "".join(
+            f'<td data-col="{html.escape(key)}" data-value="{html.escape(_raw(value))}"'
+            f"{' class=text' if isinstance(value, str) else ''}>{html.escape(text)}</td>"
+            for key, value, text in cells
+        )
+        rows.append(f'<tr {row_attr}="{html.escape(str(cells[0][1]))}" class="{row_class(item)}">{tds}</tr>')
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _raw(value: object) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def page_html(title: str, header: str, plots: list[str], tables: list[tuple[str, str]]) -> str:
+    """The whole page: ``plots`` are the figure divs (the first embeds plotly.js), ``tables`` (heading, html)."""
+    plot_divs = "\n".join(f'<div class="plot">{p}</div>' for p in plots)
+    table_divs = "\n".join(f"<h2>{html.escape(h)}</h2>\n{t}" for h, t in tables)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{html.escape(title)}</title>
+<script>{ERRORS_JS}</script>
+<style>{CSS}</style>
+</head>
+<body data-plots-expected="{len(plots)}" data-plots-drawn="0">
+<h1>{html.escape(title)}</h1>
+{header}
+{table_divs}
+<h2>Charts</h2>
+{plot_divs}
+</body>
+</html>
+"""
+
+
+def header_html(dirs: list[Path], runs: list[Run], variants: list[Variant], pngs: list[Path]) -> str:
+    """The lines under the title: inputs, counts, how to read the charts, links to the PNGs."""
+    n_div = sum(r.diverged for r in runs)
+    links = " ".join(f'<a href="{html.escape(p.name)}">{html.escape(p.name)}</a>' for p in pngs)
+    return (
+        f"<p>{len(runs)} runs in {len(variants)} variants ({n_div} diverged) from "
+        f"{html.escape(', '.join(str(d) for d in dirs))}.</p>\n"
+        '<p class="note">Variants: runs whose configs differ only in the seed. Curves: thin lines are single runs, '
+        "thick lines the mean over the variant's runs with a min-max band (at each step, over the runs with a "
+        "finite value). Depth: encoder blocks, then decoder blocks; values are means over the variant's runs.</p>\n"
+        f'<p class="note">PNGs: {links}</p>'
+    )
+
+
+def build_report(dirs: list[Path], out: Path) -> Path:
+    """Read every run under ``dirs`` and write ``out/index.html`` and the PNGs (see the module docstring).
+
+    Returns:
+        the path of index.html.
+
+    Raises:
+        ReportError: a path in ``dirs`` is not a directory, or no run directory was found.
+    """
+    runs = load_runs(dirs, progress=lambda items: tqdm(items, desc="report: reading runs", unit="run", file=sys.stderr))
+    variants = group_variants(runs)
+    task = detect_task(runs)
+    colors = variant_colors(variants)
+    panels = build_panels(variants, task)
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = [save_png(p, colors, out) for p in panels]
+    plots = [figure_html(plotly_figure(p, colors), f"plot-{p.key}", include_plotlyjs=(i == 0)) for i, p in enumerate(panels)]
+    ordered = [r for v in variants for r in v.runs]
+    tables = [
+        ("Variants", table_html(variant_columns(task), variants, "data-variant", lambda v: "")),
+        ("Runs", table_html(run_columns(task), ordered, "data-run", lambda r: "diverged" if r.diverged else r.status_state)),
+    ]
+    title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
+    path = out / "index.html"
+    path.write_text(page_html(title, header_html(dirs, runs, variants, pngs), plots, tables), encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit code (1 with ``report: error: ...`` on bad input)."""
+    parser = argparse.ArgumentParser(prog="report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="SWEEP_DIR", help="sweep dir(s), run dir(s), or folders of them")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: <first dir>/report)")
+    args = parser.parse_args(argv)
+    out = args.out if args.out is not None else args.dirs[0] / "report"
+    try:
+        path = build_report(args.dirs, out)
+    except ReportError as e:
+        print(f"report: error: {e}", file=sys.stderr)
+        return 1
+    print(f"report: wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

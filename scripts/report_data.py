@@ -1,0 +1,430 @@
+"""Loading and grouping for ``scripts/report.py``: run directories -> runs -> variants -> panel data.
+
+A run directory is a folder holding ``config.yaml`` and ``metrics.jsonl`` (``status.json`` too,
+for runs written since it was added). Runs whose configs differ only in ``seed`` (and in keys
+that never change what is trained: ``train.resume``, ``logger.*``, ``hydra.*``) form a variant.
+
+Nothing here draws: :func:`build_panels` returns plain :class:`Panel` / :class:`Line` records
+that ``report.py`` renders twice, once with plotly (the HTML page) and once with matplotlib (PNGs).
+"""
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+RUN_FILES = ("config.yaml", "metrics.jsonl")
+SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; not searched
+IGNORED_KEYS = ("seed", "train.resume", "logger.", "hydra.")  # exact keys, or prefixes ending in "."
+NORM_KEYS = ("norm.placement", "norm.kind", "norm.impl")  # listed first in variant labels
+DASHES = ("dot", "dash", "solid")  # profile lines, earliest step first
+STATES = ("running", "finished", "diverged", "failed", "interrupted")
+# Scalar series kept from metrics.jsonl; telemetry is reduced on reading (see _BLOCK_RMS, _BLOCK_GRAD).
+SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
+_BLOCK_RMS = re.compile(r"act/(enc|dec)\.(\d+)\.out/rms")  # the residual stream leaving block i
+_BLOCK_GRAD = re.compile(r"grad/(enc|dec)\.(\d+)/norm")
+TASKS = {  # task -> (validation metric, test metrics, scale to display: fractions are shown in %)
+    "g2p": ("val/per", ("test/per", "test/wer"), 100.0),
+    "translation": ("val/bleu", ("test/bleu", "test/chrf"), 1.0),
+}
+
+
+class ReportError(Exception):
+    """A problem with the report's input as a whole (no such directory, no runs found)."""
+
+
+@dataclass
+class Run:
+    """One run directory, reduced to what the report shows.
+
+    Attributes:
+        path: the run directory.
+        label: its name on the page (path relative to the directory given on the command line).
+        config: the flattened config (``norm.kind`` -> ``"rmsnorm"``); empty if unreadable.
+        series: metric -> [(step, value or None)] for ``train/``, ``val/``, ``test/``, ``perf/`` metrics.
+        rms: telemetry step -> depth -> RMS of the residual stream leaving that block.
+        grad: telemetry step -> depth -> gradient norm of that block.
+        status: the parsed ``status.json``, or None when absent or unreadable.
+        notes: problems met while reading (shown in the table).
+    """
+
+    path: Path
+    label: str
+    config: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[tuple[int, float | None]]] = field(default_factory=dict)
+    rms: dict[int, dict[int, float]] = field(default_factory=dict)
+    grad: dict[int, dict[int, float]] = field(default_factory=dict)
+    status: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("seed")
+
+    @property
+    def diverged(self) -> bool:
+        """status.json says so, or a logged train or valid loss is null (non-finite)."""
+        if self.status_state == "diverged":
+            return True
+        return any(v is None for key in ("train/loss", "val/loss") for _, v in self.series.get(key, []))
+
+    @property
+    def status_state(self) -> str:
+        """``state`` from status.json, or ``unknown`` (no status.json: crashed, killed or an old run)."""
+        state = (self.status or {}).get("state")
+        return state if state in STATES else "unknown"
+
+    @property
+    def last_step(self) -> int | None:
+        """The step reached: status.json's, else the largest step in metrics.jsonl."""
+        if isinstance((self.status or {}).get("step"), int):
+            return self.status["step"]
+        steps = [s for points in self.series.values() for s, _ in points]
+        return max(steps, default=None)
+
+    @property
+    def max_steps(self) -> int | None:
+        value = (self.status or {}).get("max_steps", self.config.get("trainer.max_steps"))
+        return value if isinstance(value, int) else None
+
+    def final(self, metric: str) -> float | None:
+        """A test metric (``test/per``): status.json's ``test`` entry, else its last finite value in metrics.jsonl."""
+        test = (self.status or {}).get("test")
+        test = test if isinstance(test, dict) else {}
+        if _finite(test.get(metric)) is not None:
+            return float(test[metric])
+        values = [v for _, v in self.series.get(metric, []) if v is not None]
+        return values[-1] if values else None
+
+    def best(self, metric: str, lower_is_better: bool = True) -> float | None:
+        """The best finite value of ``metric`` over the run, or None."""
+        values = [v for _, v in self.series.get(metric, []) if v is not None]
+        return (min if lower_is_better else max)(values) if values else None
+
+    @property
+    def wall_s(self) -> float | None:
+        return _finite((self.status or {}).get("wall_s"))
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """status.json's throughput, else the median of the logged ``perf/tokens_per_s``."""
+        value = _finite((self.status or {}).get("tokens_per_s"))
+        if value is not None:
+            return value
+        logged = [v for _, v in self.series.get("perf/tokens_per_s", []) if v is not None]
+        return float(np.median(logged)) if logged else None
+
+
+@dataclass
+class Variant:
+    """Runs whose configs differ only in the seed. ``label`` names the config keys that set it apart."""
+
+    label: str
+    runs: list[Run]
+
+
+@dataclass
+class Line:
+    """One curve of a panel. ``role``: ``run`` (one run), ``mean`` (a variant's mean over its runs, with
+    ``lo``/``hi`` the min-max band) or ``profile`` (a variant's value vs depth at one step)."""
+
+    name: str
+    variant: str
+    role: str
+    x: list[float]
+    y: list[float | None]
+    lo: list[float | None] | None = None
+    hi: list[float | None] | None = None
+    dash: str = "solid"
+
+
+@dataclass
+class Panel:
+    """A chart: ``key`` is its file stem (``loss`` -> loss.png); ``note`` explains an empty chart;
+    ``integer_x``: x is a block index (integer ticks)."""
+
+    key: str
+    title: str
+    xlabel: str
+    ylabel: str
+    lines: list[Line]
+    log_y: bool = False
+    note: str = ""
+    integer_x: bool = False
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float if it is a finite number (not bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def find_run_dirs(dirs: Iterable[Path]) -> list[tuple[Path, Path]]:
+    """(run directory, the given directory it was found under) for every run under ``dirs``, sorted,
+    each run once. A run directory is not searched further; ``.hydra``, ``wandb`` and ``report`` never are.
+
+    Raises:
+        ReportError: a given path is not a directory.
+    """
+    found: dict[Path, Path] = {}
+    for top in dirs:
+        if not top.is_dir():
+            raise ReportError(f"no such directory: {str(top)!r}")
+        for root, subdirs, files in os.walk(top):
+            if all(f in files for f in RUN_FILES):
+                found.setdefault(Path(root).resolve(), top)
+                subdirs.clear()
+            else:
+                subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS and not d.startswith("."))
+    return sorted(found.items())
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> {"a.b.c": leaf}; lists become tuples so that values compare and hash."""
+    if isinstance(tree, dict):
+        flat: dict[str, Any] = {}
+        for key, value in tree.items():
+            flat.update(flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: _freeze(tree)}
+
+
+def _freeze(value: Any) -> Any:
+    """Lists -> tuples, dicts -> sorted item tuples, recursively (hashable, comparable)."""
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The flattened config of ``path`` (config.yaml). Raises whatever OmegaConf/YAML raise on a bad file."""
+    cfg = OmegaConf.load(path)
+    try:
+        tree = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # an interpolation that does not resolve outside Hydra: keep it as written
+        tree = OmegaConf.to_container(cfg, resolve=False)
+    return flatten(tree) if isinstance(tree, dict) else {}
+
+
+def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
+    """Fill ``run.series``, ``run.rms`` and ``run.grad`` from metrics.jsonl at ``path``.
+
+    Unparsable lines (a truncated last line of a killed run) are skipped and counted in ``run.notes``.
+    Decoder block i sits at depth ``n_enc + i``; when ``n_enc`` is None it is taken from the data.
+    """
+    bad = 0
+    raw: dict[str, dict[int, dict[tuple[str, int], float]]] = {"rms": {}, "grad": {}}
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                bad += 1
+                continue
+            _add_row(row, run.series, raw)
+    if bad:
+        run.notes.append(f"{bad} unparsable line{'s' * (bad > 1)} in metrics.jsonl")
+    if not run.series and not raw["rms"]:
+        run.notes.append("no metrics logged")
+    if n_enc is None:
+        n_enc = 1 + max((i for rec in raw["rms"].values() for s, i in rec if s == "enc"), default=-1)
+    for name, records in raw.items():
+        profiles = {step: {i + (n_enc if s == "dec" else 0): v for (s, i), v in rec.items()} for step, rec in records.items()}
+        setattr(run, name, profiles)
+
+
+def _add_row(row: dict[str, Any], series: dict, raw: dict) -> None:
+    """Sort one metrics.jsonl row into scalar series and per-block telemetry (finite values only)."""
+    step = row["step"]
+    for key, value in row.items():
+        if key.startswith(SERIES_PREFIXES):
+            series.setdefault(key, []).append((step, _finite(value)))
+        elif key.startswith(("act/", "grad/")) and (value := _finite(value)) is not None:
+            for name, pattern in (("rms", _BLOCK_RMS), ("grad", _BLOCK_GRAD)):
+                if m := pattern.fullmatch(key):
+                    raw[name].setdefault(step, {})[(m.group(1), int(m.group(2)))] = value
+
+
+def read_status(path: Path, run: Run) -> None:
+    """Set ``run.status`` from status.json at ``path`` if it exists and parses; else note why not."""
+    if not path.is_file():
+        run.notes.append("no status.json")
+        return
+    try:
+        status = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        run.notes.append(f"unreadable status.json ({type(e).__name__})")
+        return
+    if isinstance(status, dict):
+        run.status = status
+        if status.get("error"):
+            run.notes.append(f"error: {status['error']}")
+    else:
+        run.notes.append("status.json is not an object")
+
+
+def load_run(path: Path, label: str) -> Run:
+    """Read one run directory. Never raises for a bad run: what cannot be read is left empty and noted."""
+    run = Run(path=path, label=label)
+    try:
+        run.config = read_config(path / "config.yaml")
+    except Exception as e:  # any YAML/OmegaConf error: the run still shows in the table
+        run.notes.append(f"unreadable config.yaml ({type(e).__name__})")
+    n_enc = run.config.get("model.n_enc_layers")
+    try:
+        read_metrics(path / "metrics.jsonl", run, n_enc if isinstance(n_enc, int) else None)
+    except OSError as e:
+        run.notes.append(f"unreadable metrics.jsonl ({e.strerror})")
+    read_status(path / "status.json", run)
+    return run
+
+
+def run_label(run_dir: Path, top: Path, several_tops: bool) -> str:
+    """The run's name on the page: its path below the given directory (prefixed by that directory's name
+    when several were given), or the directory's own name for a run given directly."""
+    top = top.resolve()
+    rel = run_dir.relative_to(top).as_posix() if run_dir != top else ""
+    if not rel:
+        return top.name
+    return f"{top.name}/{rel}" if several_tops else rel
+
+
+def _ignored(key: str) -> bool:
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in IGNORED_KEYS)
+
+
+def differing_keys(runs: list[Run]) -> list[str]:
+    """Flattened config keys whose value differs between runs (a key missing from a run counts as
+    differing), leaving out the seed and keys that do not change training; norm keys first."""
+    keys = {k for r in runs for k in r.config if not _ignored(k)}
+    missing = object()
+    differ = [k for k in keys if len({repr(r.config.get(k, missing)) for r in runs}) > 1]
+    return sorted(differ, key=lambda k: (NORM_KEYS.index(k) if k in NORM_KEYS else len(NORM_KEYS), k))
+
+
+def group_variants(runs: list[Run]) -> list[Variant]:
+    """Group runs that differ only in the seed; a variant's label is ``key=value`` for each config key
+    that varies across all runs (or the norm placement/kind/impl when there is a single variant)."""
+    keys = differing_keys(runs) or list(NORM_KEYS)
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        label = " ".join(f"{k}={run.config.get(k, '?')}" for k in keys)
+        groups.setdefault(label, []).append(run)
+    return [Variant(label, sorted(members, key=lambda r: (str(r.seed), r.label))) for label, members in groups.items()]
+
+
+def detect_task(runs: list[Run]) -> str:
+    """``translation`` when any run logged BLEU, else ``g2p`` (PER/WER)."""
+    has_bleu = any(k in r.series or r.final(k) is not None for r in runs for k in ("val/bleu", "test/bleu"))
+    return "translation" if has_bleu else "g2p"
+
+
+def mean_band(runs: list[Run], metric: str) -> tuple[list[int], list[float | None], list[float | None], list[float | None]]:
+    """(steps, mean, min, max) of ``metric`` over ``runs`` at every step any of them logged it; at each step
+    only the runs with a finite value count (None where none has one)."""
+    by_step: dict[int, list[float]] = {}
+    for run in runs:
+        for step, value in run.series.get(metric, []):
+            by_step.setdefault(step, [])
+            if value is not None:
+                by_step[step].append(value)
+    steps = sorted(by_step)
+    stats = [(float(np.mean(v)), min(v), max(v)) if v else (None, None, None) for v in (by_step[s] for s in steps)]
+    return steps, [s[0] for s in stats], [s[1] for s in stats], [s[2] for s in stats]
+
+
+def pick_steps(steps: Iterable[int], n: int) -> list[int]:
+    """Up to ``n`` of ``steps``: the first, the last and evenly spaced ones between (sorted, unique)."""
+    ordered = sorted(set(steps))
+    if len(ordered) <= n:
+        return ordered
+    return sorted({ordered[round(j * (len(ordered) - 1) / (n - 1))] for j in range(n)})
+
+
+def profile_lines(variant: Variant, attr: str, n_steps: int) -> Iterator[Line]:
+    """One line per chosen telemetry step of ``variant``: value vs depth, the mean over the runs recorded
+    at that step. ``attr`` is ``rms`` or ``grad`` (see :class:`Run`)."""
+    records = [getattr(r, attr) for r in variant.runs]
+    chosen = pick_steps((s for rec in records for s in rec), min(n_steps, len(DASHES)))
+    for j, step in enumerate(chosen):
+        per_depth: dict[int, list[float]] = {}
+        for rec in records:
+            for depth, value in rec.get(step, {}).items():
+                per_depth.setdefault(depth, []).append(value)
+        depths = sorted(per_depth)
+        dash = DASHES[len(DASHES) - len(chosen) + j]  # the last step solid, earlier ones dashed
+        yield Line(f"{variant.label} @ step {step}", variant.label, "profile", depths,
+                   [float(np.mean(per_depth[d])) for d in depths], dash=dash)  # fmt: skip
+
+
+def curve_panel(variants: list[Variant], key: str, metric: str, title: str, ylabel: str, scale: float = 1.0) -> Panel:
+    """Metric vs step: one thin line per run (every run, even one with no values) and per variant the
+    mean over its runs with a min-max band. Values are multiplied by ``scale``."""
+
+    def scaled(values: list[float | None]) -> list[float | None]:
+        return [None if v is None else v * scale for v in values]
+
+    lines = []
+    for variant in variants:
+        for run in variant.runs:
+            points = run.series.get(metric, [])
+            lines.append(Line(run.label, variant.label, "run", [s for s, _ in points], scaled([v for _, v in points])))
+        steps, mean, lo, hi = mean_band(variant.runs, metric)
+        lines.append(Line(f"{variant.label} (mean of {len(variant.runs)})", variant.label, "mean", steps, scaled(mean),
+                          scaled(lo), scaled(hi)))  # fmt: skip
+    has_data = any(v is not None for line in lines for v in line.y)
+    return Panel(key, title, "training step", ylabel, lines, note="" if has_data else f"no run logged {metric}")
+
+
+def depth_panel(variants: list[Variant], key: str, attr: str, n_steps: int, title: str, ylabel: str) -> Panel:
+    """Telemetry vs depth (encoder blocks, then decoder blocks) at ``n_steps`` steps per variant, log scale."""
+    lines = [line for v in variants for line in profile_lines(v, attr, n_steps)]
+    note = "" if lines else "no telemetry recorded (telemetry=off?)"
+    return Panel(key, title, "block (encoder, then decoder)", ylabel, lines, log_y=True, note=note, integer_x=True)
+
+
+def build_panels(variants: list[Variant], task: str) -> list[Panel]:
+    """The report's charts, in page order (see the module docstring of report.py)."""
+    val_metric, _, scale = TASKS[task]
+    name = val_metric.split("/")[1]
+    unit = " (%)" if scale != 1.0 else ""
+    return [
+        curve_panel(variants, "loss", "train/loss", "Training loss", "train loss"),
+        curve_panel(variants, "val_loss", "val/loss", "Validation loss", "valid loss"),
+        curve_panel(variants, f"val_{name}", val_metric, f"Validation {name.upper()}", f"valid {name.upper()}{unit}", scale),
+        depth_panel(variants, "rms_vs_depth", "rms", 3, "Residual RMS vs depth (first, middle, last record)", "block output RMS"),
+        depth_panel(variants, "grad_vs_depth", "grad", 2, "Gradient norm vs depth (first, last record)", "block gradient norm"),
+    ]
+
+
+def load_runs(dirs: list[Path], progress: Any = None) -> list[Run]:
+    """Every run under ``dirs`` (see :func:`find_run_dirs`), read with :func:`load_run`.
+
+    Args:
+        progress: wraps the list of run directories (e.g. ``tqdm``) to show reading progress; optional.
+
+    Raises:
+        ReportError: a path is not a directory, or no run directory was found under any of them.
+    """
+    found = find_run_dirs(dirs)
+    if not found:
+        names = ", ".join(repr(str(d)) for d in dirs)
+        raise ReportError(f"no run directories (folders holding {' and '.join(RUN_FILES)}) under {names}")
+    several = len({top for _, top in found}) > 1 or len(dirs) > 1
+    items = progress(found) if progress else found
+    return [load_run(path, run_label(path, top, several)) for path, top in items]

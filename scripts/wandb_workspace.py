@@ -1,0 +1,128 @@
+"""A saved W&B workspace for one sweep: its runs, grouped by norm, with loss, PER/WER and per-layer panels.
+
+    python scripts/wandb_workspace.py --entity E --project P --group G [--n-enc-layers 3 --n-dec-layers 3] [--save]
+
+Without ``--save`` it only builds the workspace and prints its outline (no network, no API key).
+``--save`` uploads it (needs ``WANDB_API_KEY`` or ``wandb login``) and prints its URL.
+
+The workspace shows the runs whose wandb group is G (train.py sets it from ``logger.group``), grouped
+by ``norm.placement``, ``norm.kind`` and ``norm.impl`` (each group drawn as the mean over its runs with
+a min-max band), in four sections: loss, PER/WER, the RMS of the residual stream leaving each block
+(``act/{enc|dec}.{i}.out/rms``, log scale), and each block's gradient norm (``grad/{enc|dec}.{i}/norm``).
+"""
+
+import argparse
+import sys
+
+import wandb_workspaces.reports.v2 as wr
+import wandb_workspaces.workspaces as ws
+
+GROUP_KEYS = ("norm.placement", "norm.kind", "norm.impl")  # config keys, as train.py logs them (nested)
+MAX_RUNS = 100  # runs a panel draws; a sweep is usually 10-50
+
+
+def line(title: str, metrics: list[str], log_y: bool = False) -> wr.LinePlot:
+    """A line plot of ``metrics`` vs step, each runset group drawn as its mean with a min-max band."""
+    return wr.LinePlot(title=title, x="Step", y=metrics, log_y=log_y or None, groupby_aggfunc="mean",
+                       groupby_rangefunc="minmax", max_runs_to_show=MAX_RUNS)  # fmt: skip
+
+
+def blocks(n_enc_layers: int, n_dec_layers: int) -> list[str]:
+    """Block names in forward order: ``enc.0`` ... ``enc.{n-1}``, ``dec.0`` ... (as in model/telemetry.py)."""
+    return [f"enc.{i}" for i in range(n_enc_layers)] + [f"dec.{i}" for i in range(n_dec_layers)]
+
+
+def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_dec_layers: int) -> ws.Workspace:
+    """The workspace for sweep ``group`` in ``entity/project`` (built offline; nothing is sent).
+
+    Args:
+        n_enc_layers, n_dec_layers: the model's depth, for one RMS and one gradient panel per block.
+
+    Raises:
+        ValueError: an empty entity, project or group, or a negative layer count.
+    """
+    if not (entity and project and group):
+        raise ValueError(f"entity, project and group must be non-empty, got {entity!r}, {project!r}, {group!r}")
+    if n_enc_layers < 0 or n_dec_layers < 0:
+        raise ValueError(f"layer counts must be >= 0, got {n_enc_layers} and {n_dec_layers}")
+    names = blocks(n_enc_layers, n_dec_layers)
+    sections = [
+        ws.Section(name="Loss", is_open=True, panels=[line("train/loss", ["train/loss"]), line("val/loss", ["val/loss"])]),
+        ws.Section(
+            name="PER / WER",
+            is_open=True,
+            panels=[
+                line("val/per", ["val/per"]),
+                line("val/wer", ["val/wer"]),
+                wr.BarPlot(
+                    title="test/per and test/wer",
+                    metrics=["test/per", "test/wer"],
+                    orientation="v",
+                    groupby_aggfunc="mean",
+                    groupby_rangefunc="minmax",
+                    max_runs_to_show=MAX_RUNS,
+                ),
+            ],
+        ),
+        ws.Section(
+            name="Residual RMS per block",
+            is_open=True,
+            panels=[line(f"{b} out RMS", [f"act/{b}.out/rms"], log_y=True) for b in names],
+            layout_settings=ws.SectionLayoutSettings(columns=max(1, min(n_enc_layers, 4)), rows=2),
+        ),
+        ws.Section(
+            name="Gradient norm per block",
+            panels=[line(f"{b} grad norm", [f"grad/{b}/norm"], log_y=True) for b in names],
+            layout_settings=ws.SectionLayoutSettings(columns=max(1, min(n_enc_layers, 4)), rows=2),
+        ),
+    ]
+    return ws.Workspace(
+        entity=entity,
+        project=project,
+        name=f"normlab sweep {group}",
+        sections=sections,
+        settings=ws.WorkspaceSettings(x_axis="Step", max_runs=MAX_RUNS),
+        runset_settings=ws.RunsetSettings(
+            filters=[ws.Metric("Group") == group],
+            groupby=[ws.Config(key) for key in GROUP_KEYS],
+        ),
+    )
+
+
+def outline(workspace: ws.Workspace) -> str:
+    """A few lines naming the workspace's sections and panels."""
+    lines = [f"{workspace.name}: {workspace.entity}/{workspace.project}"]
+    for section in workspace.sections:
+        titles = ", ".join(p.title or "?" for p in section.panels)
+        lines.append(f"  {section.name} ({len(section.panels)}): {titles}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit code (1 with ``wandb_workspace: error: ...`` on failure)."""
+    parser = argparse.ArgumentParser(prog="wandb_workspace", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--entity", required=True, help="W&B entity (user or team)")
+    parser.add_argument("--project", required=True, help="W&B project (logger.project)")
+    parser.add_argument("--group", required=True, help="the sweep's wandb group (logger.group)")
+    parser.add_argument("--n-enc-layers", type=int, default=3, help="encoder layers (model.n_enc_layers; default 3)")
+    parser.add_argument("--n-dec-layers", type=int, default=3, help="decoder layers (model.n_dec_layers; default 3)")
+    parser.add_argument("--save", action="store_true", help="upload the workspace (needs a W&B API key)")
+    args = parser.parse_args(argv)
+    try:
+        workspace = build_workspace(args.entity, args.project, args.group, args.n_enc_layers, args.n_dec_layers)
+    except ValueError as e:
+        print(f"wandb_workspace: error: {e}", file=sys.stderr)
+        return 1
+    print(outline(workspace))
+    if args.save:
+        try:
+            saved = workspace.save()
+        except Exception as e:  # no API key, no network, permission: say which, without a traceback
+            print(f"wandb_workspace: error: saving failed: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        print(f"saved: {saved.url}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""scripts/report.py on synthetic run directories (no training): the HTML page's figures and tables hold
+the numbers written, broken runs are listed and marked, and (marked ``browser``) the page draws in
+headless Chromium without a JavaScript error."""
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from scripts import report
+from scripts.report_data import group_variants, load_run, load_runs
+
+STEPS = list(range(10, 101, 10))  # logging steps
+EVAL_STEPS = [50, 100]
+TELEMETRY_STEPS = [1, 50, 100]
+N_ENC, N_DEC = 2, 2
+PANEL_TITLES = ["Training loss", "Validation loss", "Validation PER", "Residual RMS vs depth", "Gradient norm vs depth"]
+PNGS = ["loss.png", "val_loss.png", "val_per.png", "rms_vs_depth.png", "grad_vs_depth.png"]
+VARIANT_A = "norm.placement=pre norm.kind=layernorm optim.lr=0.002"
+VARIANT_B = "norm.placement=post norm.kind=rmsnorm optim.lr=0.002"
+VARIANT_LR = "norm.placement=pre norm.kind=layernorm optim.lr=1.0"
+
+
+def config(placement: str, kind: str, seed: int, lr: float = 2e-3, **extra: object) -> dict:
+    cfg = {
+        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_enc_layers": N_ENC, "n_dec_layers": N_DEC},
+        "norm": {"kind": kind, "impl": "custom", "placement": placement, "eps": 1e-5, "bias": True},
+        "optim": {"lr": lr, "betas": [0.9, 0.98]},
+        "schedule": {"warmup_steps": 20},
+        "trainer": {"max_steps": 100},
+        "logger": {"name": "wandb", "project": "normlab", "group": f"g{seed}"},  # differs, but is not a variant key
+        "seed": seed,
+        "train": {"resume": None},
+    }
+    tree = OmegaConf.create(cfg)
+    for key, value in extra.items():  # dotted keys, e.g. train.resume
+        OmegaConf.update(tree, key, value)
+    return OmegaConf.to_container(tree)
+
+
+def loss(offset: float, seed: int, step: int) -> float:
+    return offset + 3.0 / step + 0.01 * seed
+
+
+def rms(offset: float, seed: int, step: int, depth: int) -> float:
+    return (1 + depth) * offset * (1 + step / 100) + 0.1 * seed
+
+
+def metric_rows(offset: float, seed: int, test_per: float | None, diverge_at: int | None = None) -> list[dict]:
+    """Rows as train.py writes them: logging rows, eval rows, telemetry rows, the final test row."""
+    rows: dict[int, dict] = {}
+    for step in TELEMETRY_STEPS:
+        row = rows.setdefault(step, {"step": step})
+        for depth in range(N_ENC + N_DEC):
+            stack, i = ("enc", depth) if depth < N_ENC else ("dec", depth - N_ENC)
+            row[f"act/{stack}.{i}.out/rms"] = rms(offset, seed, step, depth)
+            row[f"act/{stack}.{i}.out/mean"] = 0.0
+            row[f"act/{stack}.{i}.in/rms"] = 1.0
+            row[f"grad/{stack}.{i}/norm"] = 0.5 / (1 + depth) + 0.01 * step
+    for step in STEPS:
+        bad = diverge_at is not None and step >= diverge_at
+        rows.setdefault(step, {"step": step}).update(
+            {"train/loss": None if bad else loss(offset, seed, step), "optim/lr": 1e-3, "perf/tokens_per_s": 1000.0 + seed}
+        )
+        if step in EVAL_STEPS:
+            rows[step].update(
+                {"val/loss": None if bad else loss(offset, seed, step) + 0.2, "val/per": 0.5 - step / 1000, "val/wer": 0.9}
+            )
+    final = [{"step": STEPS[-1], "test/per": test_per, "test/wer": None if test_per is None else test_per * 2}]
+    return [rows[s] for s in sorted(rows)] + final
+
+
+def write_run(path: Path, cfg: dict, rows: list[dict] | None, status: dict | None, truncate: bool = False) -> Path:
+    path.mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(cfg), path / "config.yaml")
+    text = "".join(json.dumps(r) + "\n" for r in rows or [])
+    if truncate:  # a run killed while writing: the last line is cut short
+        text = text[: text.rindex("{") + 25]
+    (path / "metrics.jsonl").write_text(text)
+    if status is not None:
+        (path / "status.json").write_text(json.dumps(status))
+    (path / ".hydra").mkdir()
+    (path / ".hydra" / "config.yaml").write_text("ignored: true\n")
+    return path
+
+
+def finished(test_per: float, wall_s: float = 125.0) -> dict:
+    return {"state": "finished", "step": 100, "max_steps": 100, "wall_s": wall_s, "tokens_per_s": 2000.0, "error": None,
+            "test": {"test/per": test_per, "test/wer": test_per * 2}}  # fmt: skip
+
+
+# run label -> (config, offset of its loss curve, test PER written)
+RUNS = {
+    "norm=pre_ln,seed=0": (config("pre", "layernorm", 0), 1.0, 0.1234),
+    "norm=pre_ln,seed=1": (config("pre", "layernorm", 1, **{"train.resume": "/ckpt/checkpoint.pt"}), 1.2, 0.1432),
+    "norm=post_rms,seed=0": (config("post", "rmsnorm", 0), 2.0, 0.2),
+    "norm=post_rms,seed=1": (config("post", "rmsnorm", 1), 2.1, 0.25),
+}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A multirun dir: 2 variants x 2 seeds, a diverged run (own variant: lr=1.0), a crashed run (variant B,
+    truncated metrics.jsonl, no status.json), and a run that logged nothing (variant B, no status.json)."""
+    root = tmp_path_factory.mktemp("sweep")
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    for label, (cfg, offset, per) in RUNS.items():
+        write_run(root / label, cfg, metric_rows(offset, cfg["seed"], per), finished(per))
+    diverged = {"state": "diverged", "step": 40, "max_steps": 100, "wall_s": 30.0, "tokens_per_s": None,
+                "error": "non-finite loss at step 31", "test": None}  # fmt: skip
+    write_run(root / "lr=1.0,seed=0", config("pre", "layernorm", 0, lr=1.0), metric_rows(1.0, 0, None, diverge_at=40), diverged)
+    write_run(root / "norm=post_rms,seed=2", config("post", "rmsnorm", 2), metric_rows(2.2, 2, 0.3)[:8], None, truncate=True)
+    write_run(root / "norm=post_rms,seed=3", config("post", "rmsnorm", 3), None, None)
+    (root / "wandb" / "run-1").mkdir(parents=True)  # wandb's folder is never searched
+    return root
+
+
+@pytest.fixture(scope="module")
+def built(sweep: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("report")
+    path = report.build_report([sweep], out)
+    return path, path.read_text(encoding="utf-8")
+
+
+def figures(page: str) -> dict[str, list[dict]]:
+    """div id -> the trace list passed to Plotly.newPlot, decoded from the page's inline scripts."""
+    found = {}
+    decoder = json.JSONDecoder()
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"([^"]+)",\s*', page):
+        data, _ = decoder.raw_decode(page, m.end())
+        found[m.group(1)] = data
+    return found
+
+
+def layouts(page: str) -> dict[str, dict]:
+    found = {}
+    decoder = json.JSONDecoder()
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"([^"]+)",\s*', page):
+        _, end = decoder.raw_decode(page, m.end())
+        layout, _ = decoder.raw_decode(page, page.index("{", end))
+        found[m.group(1)] = layout
+    return found
+
+
+class _Tables(HTMLParser):
+    """rows[attr value] = {data-col: (data-value, text)} for every <tr data-run=...> / <tr data-variant=...>."""
+
+    def __init__(self, attr: str) -> None:
+        super().__init__()
+        self.attr, self.rows, self.row, self.cell, self.classes = attr, {}, None, None, {}
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        if tag == "tr" and self.attr in a:
+            self.row = self.rows.setdefault(a[self.attr], {})
+            self.classes[a[self.attr]] = a.get("class", "")
+        elif tag == "td" and self.row is not None:
+            self.cell = [a["data-col"], a["data-value"], ""]
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell[2] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self.cell is not None:
+            self.row[self.cell[0]] = (self.cell[1], self.cell[2])
+            self.cell = None
+        elif tag == "tr":
+            self.row = None
+
+
+def table(page: str, attr: str) -> tuple[dict, dict]:
+    parser = _Tables(attr)
+    parser.feed(page)
+    return parser.rows, parser.classes
+
+
+ALL_LABELS = {*RUNS, "lr=1.0,seed=0", "norm=post_rms,seed=2", "norm=post_rms,seed=3"}
+
+
+def test_one_trace_per_run_in_each_curve_panel(built: tuple[Path, str]) -> None:
+    figs = figures(built[1])
+    assert list(figs) == ["plot-loss", "plot-val_loss", "plot-val_per", "plot-rms_vs_depth", "plot-grad_vs_depth"]
+    for key in ("plot-loss", "plot-val_loss", "plot-val_per"):
+        names = [t["name"] for t in figs[key] if t["meta"]["role"] == "run"]
+        assert sorted(names) == sorted(ALL_LABELS), key  # each run exactly once
+        assert sum(t["meta"]["role"] == "mean" for t in figs[key]) == 3  # one mean per variant
+
+
+def test_panel_titles_and_offline_page(built: tuple[Path, str]) -> None:
+    path, page = built
+    titles = [lay["title"]["text"] for lay in layouts(page).values()]
+    assert [t.split(" (")[0] for t in titles] == PANEL_TITLES
+    assert 'data-plots-expected="5"' in page
+    assert not re.search(r"<script[^>]+src=", page)  # no CDN: plotly.js is inline
+    assert "plotly.js v" in page or "plotly.js" in page[:200_000]
+    for name in PNGS:
+        assert (path.parent / name).stat().st_size > 5000, name
+
+
+def test_variant_mean_and_band_are_over_seeds(built: tuple[Path, str]) -> None:
+    traces = figures(built[1])["plot-loss"]
+    mean = next(t for t in traces if t["meta"]["role"] == "mean" and t["meta"]["variant"] == VARIANT_A)
+    want = [np.mean([loss(1.0, 0, s), loss(1.2, 1, s)]) for s in STEPS]
+    assert mean["x"] == STEPS
+    np.testing.assert_allclose(mean["y"], want, rtol=1e-12)
+    band = [t for t in traces if t["meta"]["role"] == "band" and t["meta"]["variant"] == VARIANT_A]
+    np.testing.assert_allclose(band[0]["y"], [loss(1.2, 1, s) for s in STEPS])  # max
+    np.testing.assert_allclose(band[1]["y"], [loss(1.0, 0, s) for s in STEPS])  # min
+    # the diverged run's own variant: null losses from step 40 leave gaps in the mean, not NaN text
+    lr_mean = next(t for t in traces if t["meta"]["role"] == "mean" and t["meta"]["variant"] == VARIANT_LR)
+    assert lr_mean["y"][:3] == pytest.approx([loss(1.0, 0, s) for s in STEPS[:3]]) and lr_mean["y"][3:] == [None] * 7
+
+
+def test_depth_profiles(built: tuple[Path, str]) -> None:
+    traces = figures(built[1])["plot-rms_vs_depth"]
+    a = {t["name"]: t for t in traces if t["meta"]["variant"] == VARIANT_A}
+    assert sorted(a) == sorted(f"{VARIANT_A} @ step {s}" for s in TELEMETRY_STEPS)
+    last = a[f"{VARIANT_A} @ step 100"]
+    assert last["x"] == [0, 1, 2, 3]
+    np.testing.assert_allclose(last["y"], [np.mean([rms(1.0, 0, 100, d), rms(1.2, 1, 100, d)]) for d in range(4)])
+    grads = figures(built[1])["plot-grad_vs_depth"]
+    assert sorted(t["name"] for t in grads if t["meta"]["variant"] == VARIANT_B) == [f"{VARIANT_B} @ step {s}" for s in (1, 100)]
+
+
+def test_run_table(built: tuple[Path, str]) -> None:
+    rows, classes = table(built[1], "data-run")
+    assert set(rows) == ALL_LABELS
+    assert rows["norm=pre_ln,seed=1"]["test/per"] == ("0.1432", "14.32")
+    assert rows["norm=pre_ln,seed=0"]["state"][1] == "finished" and rows["norm=pre_ln,seed=0"]["diverged"][1] == "no"
+    assert rows["norm=pre_ln,seed=0"]["wall_s"][1] == "2 min 05 s"
+    diverged = rows["lr=1.0,seed=0"]
+    assert diverged["diverged"][1] == "yes" and diverged["state"][1] == "diverged" and classes["lr=1.0,seed=0"] == "diverged"
+    assert diverged["test/per"][1] == "—"
+    crashed = rows["norm=post_rms,seed=2"]
+    assert crashed["state"][1] == "unknown" and crashed["diverged"][1] == "no" and classes["norm=post_rms,seed=2"] == "unknown"
+    assert "1 unparsable line" in crashed["notes"][1] and "no status.json" in crashed["notes"][1]
+    assert crashed["step"][1] == "60 / 100"  # from metrics.jsonl: rows 1, 10, ..., 60; the one for 70 was cut
+    assert "no metrics logged" in rows["norm=post_rms,seed=3"]["notes"][1]
+
+
+def test_variant_table(built: tuple[Path, str]) -> None:
+    rows, _ = table(built[1], "data-variant")
+    assert set(rows) == {VARIANT_A, VARIANT_B, VARIANT_LR}
+    assert float(rows[VARIANT_A]["test/per"][0]) == pytest.approx((0.1234 + 0.1432) / 2)
+    assert rows[VARIANT_A]["runs"][1] == "2" and rows[VARIANT_B]["runs"][1] == "4"
+    assert rows[VARIANT_LR]["diverged"][1] == "1" and rows[VARIANT_B]["diverged"][1] == "0"
+    assert float(rows[VARIANT_B]["test/per"][0]) == pytest.approx((0.2 + 0.25) / 2)  # crashed runs have no test PER
+
+
+def test_status_missing_null_loss_means_diverged(tmp_path: Path) -> None:
+    run = load_run(write_run(tmp_path / "r", config("pre", "layernorm", 0), metric_rows(1.0, 0, None, diverge_at=20), None), "r")
+    assert run.diverged and run.status_state == "unknown"
+
+
+def test_single_run_dir_is_labelled_by_norm(sweep: Path, tmp_path: Path) -> None:
+    runs = load_runs([sweep / "norm=pre_ln,seed=0"])
+    assert [v.label for v in group_variants(runs)] == ["norm.placement=pre norm.kind=layernorm norm.impl=custom"]
+    assert runs[0].label == "norm=pre_ln,seed=0"
+
+
+def test_main_default_out_and_several_dirs(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    one = tmp_path / "one"
+    shutil.copytree(sweep / "norm=pre_ln,seed=0", one / "a")
+    assert report.main([str(one)]) == 0
+    assert (one / "report" / "index.html").is_file()
+    assert report.main([str(one)]) == 0  # the report folder is not mistaken for a run
+    out = tmp_path / "out"
+    assert report.main([str(one), str(sweep / "norm=post_rms,seed=0"), "--out", str(out)]) == 0
+    rows, _ = table((out / "index.html").read_text(), "data-run")
+    assert set(rows) == {"one/a", "norm=post_rms,seed=0"}
+    assert "report: wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("make", [lambda p: p.mkdir(), lambda p: None], ids=["empty", "missing"])
+def test_no_runs_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture, make) -> None:
+    target = tmp_path / "nothing"
+    make(target)
+    assert report.main([str(target)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("report: error: ") and str(target) in err and "Traceback" not in err
+
+
+def test_translation_runs_show_bleu(tmp_path: Path) -> None:
+    rows = [{"step": 10, "train/loss": 3.0, "val/loss": 3.1, "val/bleu": 12.5, "val/chrf": 40.0},
+            {"step": 10, "test/bleu": 13.25, "test/chrf": 41.0}]  # fmt: skip
+    write_run(tmp_path / "mt", config("pre", "layernorm", 0), rows, None)
+    path = report.build_report([tmp_path / "mt"], tmp_path / "out")
+    page = path.read_text()
+    assert "plot-val_bleu" in figures(page) and (tmp_path / "out" / "val_bleu.png").is_file()
+    assert table(page, "data-run")[0]["mt"]["test/bleu"] == ("13.25", "13.25")
+
+
+def chromium() -> str | None:
+    return next((p for name in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(name))), None)
+
+
+@pytest.mark.browser
+def test_page_draws_in_headless_chromium(built: tuple[Path, str], tmp_path: Path) -> None:
+    binary = chromium()
+    if binary is None:
+        pytest.skip("chromium not found: apt-get install chromium")
+    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", built[0].as_uri()]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    html_tag = re.search(r"<html[^>]*>", done.stdout).group(0)
+    body_tag = re.search(r"<body[^>]*>", done.stdout).group(0)
+    assert "data-js-errors" not in html_tag, html_tag
+    assert "Uncaught" not in done.stderr, [line for line in done.stderr.splitlines() if "Uncaught" in line]
+    assert 'data-plots-expected="5"' in body_tag and 'data-plots-drawn="5"' in body_tag, body_tag

@@ -1,0 +1,54 @@
+"""scripts/wandb_workspace.py builds the sweep's W&B workspace offline (never saved here: no network)."""
+
+import json
+
+import pytest
+
+from scripts.wandb_workspace import build_workspace, main
+
+
+@pytest.fixture(scope="module")
+def workspace():
+    return build_workspace("my-team", "normlab", "sweep-42", n_enc_layers=2, n_dec_layers=3)
+
+
+def panel_metrics(section) -> list[list[str]]:
+    return [list(getattr(p, "y", None) or p.metrics) for p in section.panels]
+
+
+def test_sections_and_panels(workspace) -> None:
+    assert (workspace.entity, workspace.project) == ("my-team", "normlab")
+    sections = {s.name: s for s in workspace.sections}
+    assert list(sections) == ["Loss", "PER / WER", "Residual RMS per block", "Gradient norm per block"]
+    assert panel_metrics(sections["Loss"]) == [["train/loss"], ["val/loss"]]
+    assert panel_metrics(sections["PER / WER"]) == [["val/per"], ["val/wer"], ["test/per", "test/wer"]]
+    blocks = ["enc.0", "enc.1", "dec.0", "dec.1", "dec.2"]
+    assert panel_metrics(sections["Residual RMS per block"]) == [[f"act/{b}.out/rms"] for b in blocks]
+    assert panel_metrics(sections["Gradient norm per block"]) == [[f"grad/{b}/norm"] for b in blocks]
+    assert all(p.log_y for p in sections["Residual RMS per block"].panels)
+    assert all(p.groupby_aggfunc == "mean" and p.groupby_rangefunc == "minmax" for s in workspace.sections for p in s.panels)
+
+
+def test_runset_filtered_to_group_and_grouped_by_norm(workspace) -> None:
+    runset = workspace.runset_settings
+    assert [g.name for g in runset.groupby] == ["norm.placement", "norm.kind", "norm.impl"]
+    # the view W&B would receive: group filter on the run's group, nested config keys for grouping
+    view = json.dumps(workspace._to_model().model_dump(by_alias=True, exclude_none=True))
+    assert '{"key": {"section": "run", "name": "group"}, "op": "=", "value": "sweep-42"' in view
+    assert (
+        '"grouping": [{"section": "config", "name": "norm.value.placement"}, {"section": "config", "name": "norm.value.kind"}, '
+        '{"section": "config", "name": "norm.value.impl"}]' in view
+    )
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="non-empty"):
+        build_workspace("e", "p", "", 2, 2)
+    with pytest.raises(ValueError, match=">= 0"):
+        build_workspace("e", "p", "g", -1, 2)
+
+
+def test_main_without_save_prints_outline(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--entity", "e", "--project", "p", "--group", "g", "--n-enc-layers", "1", "--n-dec-layers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "normlab sweep g: e/p" in out and "Residual RMS per block (2): enc.0 out RMS, dec.0 out RMS" in out

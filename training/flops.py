@@ -1,0 +1,45 @@
+"""Model FLOPs of a training step and model FLOPs utilisation (MFU).
+
+Counting follows Hoffmann et al. 2022 (Chinchilla), Appendix F: matrix multiplications only,
+2 FLOPs per multiply-accumulate, backward = 2 x forward, so a training step costs 3 x the
+forward FLOPs. Embedding lookups, norms, softmax and biases are left out (< 1 % here); the
+causal self-attention scores are counted in full, as in PaLM (Chowdhery et al. 2022, App. B).
+Padded positions count: the hardware computes them.
+
+Forward FLOPs for a batch of B rows, S src and T tgt positions, D = d_model, F = d_ff,
+V = tgt vocabulary, L_e / L_d layers:
+
+    encoder, per src token and layer:  2 (4 D^2 + 2 D F)  +  4 S D           (projections, FFN; QK^T and AV)
+    decoder, per tgt token and layer:  2 (4 D^2 + 2 D F)  +  4 T D  +  4 S D  (self + cross q/out, FFN; scores)
+    decoder, per src token and layer:  2 (2 D^2)                             (cross-attention k/v of memory)
+    output layer, per tgt token:       2 D V
+
+MFU = model FLOPs per second / the device's peak dense bf16 FLOP/s (PaLM, App. B).
+"""
+
+import torch
+
+from model.config import ModelConfig
+
+# Dense bf16 peak FLOP/s from the vendors' data sheets (SXM parts); matched against the CUDA device name.
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12}
+
+
+def train_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> float:
+    """Model FLOPs of one forward + backward pass over a (batch, src_len) / (batch, tgt_len) batch."""
+    D, F, S, T = cfg.d_model, cfg.d_ff, src_len, tgt_len
+    enc = cfg.n_enc_layers * batch * S * (2 * (4 * D * D + 2 * D * F) + 4 * S * D)
+    dec = cfg.n_dec_layers * batch * (T * (2 * (4 * D * D + 2 * D * F) + 4 * T * D + 4 * S * D) + S * 2 * 2 * D * D)
+    out = batch * T * 2 * D * cfg.tgt_vocab
+    return 3.0 * (enc + dec + out)
+
+
+def peak_flops(device: torch.device, peak_tflops: float | None) -> float | None:
+    """Peak FLOP/s for MFU: ``peak_tflops`` (config) if given, else the table entry for a known
+    CUDA device, else None (MFU is then not logged, e.g. on CPU)."""
+    if peak_tflops is not None:
+        return peak_tflops * 1e12
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((flops for key, flops in PEAK_BF16_FLOPS.items() if key in name), None)

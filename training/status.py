@@ -1,0 +1,38 @@
+"""``status.json``: one small file per run dir saying where the run stands.
+
+Written atomically at start, at each checkpoint and at the end, so a sweep re-run, the sweep
+summary and ``scripts/report.py`` can tell finished, diverged, failed and interrupted runs apart
+without parsing logs. Fields: ``state`` (one of ``STATES``), ``step``, ``max_steps``, ``wall_s``
+(seconds of training in this run dir, summed over resumes), ``tokens_per_s`` (target tokens per
+second over those seconds), ``error`` (message or null) and ``test`` (final test metrics).
+"""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+STATES = ("running", "finished", "diverged", "failed", "interrupted")
+DONE = ("finished", "diverged")  # a re-run of the same run dir skips these; the others resume
+
+
+def write_status(run_dir: Path, **fields: Any) -> None:
+    """Merge ``fields`` into ``run_dir/status.json`` (temp file + rename, so readers never see half).
+
+    Raises:
+        ValueError: ``state`` is not one of ``STATES``.
+    """
+    if "state" in fields and fields["state"] not in STATES:
+        raise ValueError(f"unknown run state {fields['state']!r}; valid: {', '.join(STATES)}")
+    status = {**read_status(run_dir), **fields}
+    fd, tmp = tempfile.mkstemp(prefix=".status.", suffix=".tmp", dir=run_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(status, f, indent=1)
+    os.replace(tmp, run_dir / "status.json")
+
+
+def read_status(run_dir: Path) -> dict[str, Any]:
+    """The run's status dict, or ``{}`` when the run dir has none (a new run)."""
+    path = run_dir / "status.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -1,0 +1,69 @@
+"""Hydra multirun support: the wandb group of a sweep and the summary printed when it ends.
+
+A failing job does not stop a sweep: ``train.py`` records it in the job's ``status.json`` (and
+its traceback in ``error.log``) and returns, the launcher goes on, and :class:`SweepSummary`
+lists every job's state at the end and exits with status 1 if any failed.
+"""
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from training.status import read_status
+
+
+def in_multirun() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def sweep_group() -> str | None:
+    """The wandb group of a multirun job: its sweep dir without the leading ``multirun/``
+    (e.g. ``norm_ablation/2026-11-30_12-00-00``); None outside a multirun."""
+    if not in_multirun():
+        return None
+    parts = Path(HydraConfig.get().sweep.dir).parts
+    return "/".join(parts[1:] if parts[0] == "multirun" and len(parts) > 1 else parts)
+
+
+def parallel_jobs() -> int:
+    """How many jobs of this sweep run side by side on this machine (joblib's ``n_jobs``; 1 otherwise)."""
+    if not in_multirun():
+        return 1
+    n_jobs = HydraConfig.get().launcher.get("n_jobs", 1)
+    return os.cpu_count() or 1 if n_jobs < 0 else n_jobs
+
+
+def summarize(sweep_dir: Path) -> tuple[str, int]:
+    """A table of the jobs under ``sweep_dir`` (one per ``status.json``): state, step, test
+    metrics, and for failed jobs the log to read. Returns (table, number of failed jobs)."""
+    rows, failed = [], 0
+    for path in sorted(sweep_dir.rglob("status.json")):
+        run_dir, status = path.parent, read_status(path.parent)
+        state = status.get("state", "unknown")
+        test = " ".join(f"{k.removeprefix('test/')} {v:.2%}" for k, v in sorted(status.get("test", {}).items()))
+        if state in ("failed", "running", "unknown"):  # "running" here: the job died without a word
+            failed += 1
+            log = run_dir / "error.log" if (run_dir / "error.log").exists() else run_dir / "train.log"
+            test = f"{status.get('error') or ''} (log: {log})"
+        rows.append((str(run_dir.relative_to(sweep_dir)), state, str(status.get("step", "-")), test))
+    if not rows:
+        return f"no jobs found under {sweep_dir}", 0
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [f"{job:<{widths[0]}}  {state:<{widths[1]}}  {step:>{widths[2]}}  {test}" for job, state, step, test in rows]
+    return "\n".join([f"sweep {sweep_dir}: {len(rows)} jobs, {failed} failed", *lines]), failed
+
+
+class SweepSummary(Callback):
+    """Prints :func:`summarize` when a multirun ends; exit status 1 if a job failed."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        table, failed = summarize(Path(config.hydra.sweep.dir))
+        print(table)
+        if failed:
+            sys.exit(1)
