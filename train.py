@@ -190,7 +190,7 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
             run_dir, step=step, wall_s=counters["wall_s"], tokens_per_s=counters["tgt_tokens"] / max(counters["wall_s"], 1e-9)
         )
 
-    logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None)
+    logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None, resume_step=step)
     telemetry = Telemetry(model, tcfg)
     print(f"normlab: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, norm {mcfg.norm.placement}/"
           f"{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, run dir {run_dir}")  # fmt: skip

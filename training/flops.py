@@ -10,7 +10,7 @@ Forward FLOPs for a batch of B rows, S src and T tgt positions, D = d_model, F =
 V = tgt vocabulary, L_e / L_d layers:
 
     encoder, per src token and layer:  2 (4 D^2 + 2 D F)  +  4 S D           (projections, FFN; QK^T and AV)
-    decoder, per tgt token and layer:  2 (4 D^2 + 2 D F)  +  4 T D  +  4 S D  (self + cross q/out, FFN; scores)
+    decoder, per tgt token and layer:  2 (6 D^2 + 2 D F)  +  4 T D  +  4 S D  (self q/k/v/out, cross q/out, FFN; scores)
     decoder, per src token and layer:  2 (2 D^2)                             (cross-attention k/v of memory)
     output layer, per tgt token:       2 D V
 
@@ -29,7 +29,7 @@ def train_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> flo
     """Model FLOPs of one forward + backward pass over a (batch, src_len) / (batch, tgt_len) batch."""
     D, F, S, T = cfg.d_model, cfg.d_ff, src_len, tgt_len
     enc = cfg.n_enc_layers * batch * S * (2 * (4 * D * D + 2 * D * F) + 4 * S * D)
-    dec = cfg.n_dec_layers * batch * (T * (2 * (4 * D * D + 2 * D * F) + 4 * T * D + 4 * S * D) + S * 2 * 2 * D * D)
+    dec = cfg.n_dec_layers * batch * (T * (2 * (6 * D * D + 2 * D * F) + 4 * T * D + 4 * S * D) + S * 2 * 2 * D * D)
     out = batch * T * 2 * D * cfg.tgt_vocab
     return 3.0 * (enc + dec + out)
 

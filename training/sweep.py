@@ -23,12 +23,13 @@ def in_multirun() -> bool:
 
 
 def sweep_group() -> str | None:
-    """The wandb group of a multirun job: its sweep dir without the leading ``multirun/``
-    (e.g. ``norm_ablation/2026-11-30_12-00-00``); None outside a multirun."""
+    """The wandb group of a multirun job: its sweep dir below the last ``multirun`` folder (e.g.
+    ``norm_ablation/2026-11-30_12-00-00``), or the sweep dir's name; None outside a multirun."""
     if not in_multirun():
         return None
     parts = Path(HydraConfig.get().sweep.dir).parts
-    return "/".join(parts[1:] if parts[0] == "multirun" and len(parts) > 1 else parts)
+    below = parts[len(parts) - parts[::-1].index("multirun") :] if "multirun" in parts else parts[-1:]
+    return "/".join(below) or parts[-1]
 
 
 def parallel_jobs() -> int:

@@ -1,0 +1,97 @@
+"""Hydra multiruns end to end: a 2 x 2 sweep, its report, re-running it, a failing job, wandb
+offline runs per job, and the parallel launcher."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from scripts import report
+from tests.conftest import ROOT
+from tests.test_report import figures
+
+SMOKE = ["model=tiny", "trainer=smoke", "telemetry.every=5"]
+
+
+def sweep(*overrides: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "-m", *SMOKE, *overrides],
+        cwd=cwd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_by_two(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    tmp = tmp_path_factory.mktemp("sweep")
+    done = sweep("logger=none", "norm=pre_ln,post_ln", "seed=0,1", f"hydra.sweep.dir={tmp / 'sweep'}", cwd=tmp)
+    return tmp / "sweep", done
+
+
+def test_a_2x2_sweep_runs_every_job_in_a_dir_named_by_its_overrides(two_by_two):
+    sweep_dir, done = two_by_two
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = sorted(p.parent.name for p in sweep_dir.glob("*/status.json"))
+    assert jobs == [
+        f"logger=none,model=tiny,norm={n},seed={s},telemetry.every=5,trainer=smoke" for n in ("post_ln", "pre_ln") for s in (0, 1)
+    ]
+    assert all(json.loads((sweep_dir / j / "status.json").read_text())["state"] == "finished" for j in jobs)
+    assert f"sweep {sweep_dir}: 4 jobs, 0 failed" in done.stdout
+
+
+def test_the_report_of_the_sweep_has_one_trace_per_run_and_every_panel(two_by_two, tmp_path):
+    sweep_dir, _ = two_by_two
+    page = report.build_report([sweep_dir], tmp_path).read_text(encoding="utf-8")
+    figs = figures(page)
+    assert {"plot-loss", "plot-val_loss", "plot-val_per", "plot-rms_vs_depth", "plot-grad_vs_depth"} <= set(figs)
+    for panel in ("plot-loss", "plot-val_loss", "plot-val_per"):
+        assert sum(t["meta"]["role"] == "run" for t in figs[panel]) == 4
+        assert sum(t["meta"]["role"] == "mean" for t in figs[panel]) == 2  # post_ln and pre_ln, over 2 seeds
+    for png in ("loss", "val_loss", "val_per", "rms_vs_depth", "grad_vs_depth"):
+        image = matplotlib.image.imread(tmp_path / f"{png}.png")
+        assert image.shape[0] > 100 and image.std() > 0
+
+
+def test_rerunning_the_sweep_skips_finished_jobs(two_by_two):
+    sweep_dir, _ = two_by_two
+    before = {p: p.read_text() for p in sweep_dir.glob("*/metrics.jsonl")}
+    done = sweep("logger=none", "norm=pre_ln,post_ln", "seed=0,1", f"hydra.sweep.dir={sweep_dir}", cwd=sweep_dir.parent)
+    assert done.returncode == 0 and done.stdout.count("already finished at step 20; skipped") == 4, done.stdout
+    assert {p: p.read_text() for p in sweep_dir.glob("*/metrics.jsonl")} == before
+
+
+def test_a_failing_job_does_not_stop_the_sweep_and_is_listed(tmp_path):
+    done = sweep("logger=none", "trainer.max_steps=5", "model.n_heads=3,2", f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "2 jobs, 1 failed" in done.stdout
+    failed = tmp_path / "s" / "logger=none,model.n_heads=3,model=tiny,telemetry.every=5,trainer.max_steps=5,trainer=smoke"
+    assert re.search(r"n_heads=3,\S+ +failed +- +ValueError: model.d_model=32 is not divisible by model.n_heads=3", done.stdout)
+    assert f"(log: {failed / 'error.log'})" in done.stdout and "Traceback" in (failed / "error.log").read_text()
+    assert len(list((tmp_path / "s").glob("*n_heads=2*/checkpoint.pt"))) == 1  # the other job ran to the end
+
+
+def test_each_job_of_a_sweep_is_its_own_wandb_run(tmp_path):
+    env = {"WANDB_MODE": "offline", "HOME": str(tmp_path), "WANDB_API_KEY": ""}
+    done = sweep("logger=wandb", "trainer.max_steps=5", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'multirun' / 'abl'}",
+                 cwd=tmp_path, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = {seed: list((tmp_path / "multirun" / "abl").glob(f"*seed={seed}*/wandb/offline-run-*")) for seed in (0, 1)}
+    assert all(len(r) == 1 for r in runs.values())
+    ids = {seed: r[0].name.rsplit("-", 1)[1] for seed, r in runs.items()}
+    assert ids[0] != ids[1]
+    for seed, (run,) in runs.items():
+        record = next(run.glob("run-*.wandb")).read_bytes()
+        assert f"seed={seed},telemetry".encode() in record and f"seed={1 - seed},telemetry".encode() not in record
+        assert b"\x03abl:\x05train" in record  # group "abl" (the sweep dir below multirun/), job_type "train"
+
+
+def test_the_parallel_launcher_runs_jobs_side_by_side(tmp_path):
+    done = sweep("logger=none", "trainer.max_steps=5", "seed=0,1", "hydra/launcher=local_parallel",
+                 f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Joblib.Parallel(n_jobs=2" in done.stdout + done.stderr
+    assert "2 jobs, 0 failed" in done.stdout
