@@ -1,6 +1,7 @@
 """Train an encoder-decoder Transformer with a chosen norm; log loss and per-layer activation scale.
 
     python train.py                                  # CMUdict G2P, default norm (pre-LN)
+    python train.py data=multi30k model.max_len=128  # translation (data=local data.path=DIR for files)
     python train.py norm=post_ln norm.impl=native    # any axis overridable
     python train.py -m norm=post_ln,pre_ln,pre_rms seed=0,1,2
 
@@ -18,19 +19,18 @@ import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from data.batching import Seq2SeqData, check_budget, train_stream
-from data.cmudict_g2p import load_cmudict
-from data.tokenizer import PAD_ID, build_vocab, encode_all
+from data.batching import check_budget, train_stream
+from data.tokenizer import PAD_ID
 from model import EncoderDecoder, ModelConfig, NormConfig
 from model.telemetry import Telemetry, TelemetryConfig, first_nonfinite
 from training.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from training.evaluate import G2PEvalSet, evaluate_g2p, evaluate_loss
+from training.evaluate import evaluate_loss
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
 from training.step import train_step
+from training.tasks import build_task
 from training.validate import check_run_config
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -73,7 +73,8 @@ def config_diff(old: dict, new: dict, prefix: str = "") -> str:
 
 
 def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
-    """Run one training job described by ``cfg``; returns the final test metrics.
+    """Run one training job described by ``cfg``; returns the final test metrics (PER/WER for
+    G2P, BLEU/chrF for translation: see ``training/tasks.py``).
 
     Writes into ``run_dir`` (default: Hydra's output dir): ``config.yaml`` (resolved),
     ``metrics.jsonl``, ``checkpoint.pt``, ``src_vocab.json``, ``tgt_vocab.json``.
@@ -96,27 +97,15 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
-    # Data: CMUdict splits, vocabularies (taken from the checkpoint on resume), token ids.
-    splits = load_cmudict(keep_stress=cfg.data.keep_stress)
-    if resume:
-        src_vocab, tgt_vocab = (Tokenizer.from_str(resume["vocab"][k]) for k in ("src", "tgt"))
-    else:
-        src_vocab = build_vocab(splits["train"]["word"], unit="char")
-        tgt_vocab = build_vocab(splits["train"]["phonemes"], unit="space")
-    src_vocab.save(str(run_dir / "src_vocab.json"))
-    tgt_vocab.save(str(run_dir / "tgt_vocab.json"))
-    encoded = {
-        name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
-        for name, split in splits.items()
-    }
+    # Data: the task's splits as token ids, vocabularies (taken from the checkpoint on resume).
+    task = build_task(cfg, run_dir, resume)
+    encoded = task.data
     for split in encoded.values():
         check_budget(split, tc.max_tokens)
-    valid_set = G2PEvalSet.build(splits["valid"]["word"], splits["valid"]["phonemes"], encoded["valid"].src)
-    test_set = G2PEvalSet.build(splits["test"]["word"], splits["test"]["phonemes"], encoded["test"].src)
-    valid_words, test_words = valid_set.subset(tc.eval_max_words), test_set.subset(tc.test_max_words)
 
     # Model, optimizer, schedule; on resume, all of their state and the data position.
-    mcfg = replace(mcfg, src_vocab=src_vocab.get_vocab_size(), tgt_vocab=tgt_vocab.get_vocab_size())
+    mcfg = replace(mcfg, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
+                   share_embeddings=task.share_embeddings)  # fmt: skip
     if resume and (diff := config_diff(resume["model_config"], mcfg.to_dict())):
         raise ValueError(f"train.resume: the checkpoint was trained with other settings ({diff}); resume with the same ones")
     model = EncoderDecoder(mcfg).to(device)
@@ -139,7 +128,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
         save_checkpoint(run_dir / "checkpoint.pt", {
             "model_config": mcfg.to_dict(), "model": model.state_dict(), "optimizer": opt.state_dict(),
             "scheduler": sched.state_dict(), "step": step, "data_position": (epoch, batch_no), "rng": rng_state(),
-            "vocab": {"src": src_vocab.to_str(), "tgt": tgt_vocab.to_str()},
+            **task.checkpoint_state(),
         })  # fmt: skip
 
     wandb_run = None
@@ -210,31 +199,30 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
                     loss_sum.zero_()
                     steps_since_log, tokens_since_log = 0, 0
                     if evaluate:
-                        g2p = evaluate_g2p(model, valid_words, tgt_vocab, tc.max_tokens, device)
+                        scores = task.evaluate(model, "valid", tc.eval_max_examples, device)
                         val = {"val/loss": evaluate_loss(model, encoded["valid"], tc.max_tokens, device)}
-                        val.update({f"val/{k}": v for k, v in g2p.items()})
+                        val.update({f"val/{k}": v for k, v in scores.items()})
                         logger.log(step, val)
                         logger.log_depth_profile(step, last_stats)
-                        bar.write(f"step {step}: val loss {val['val/loss']:.3f}, PER {g2p['per']:.2%}, WER {g2p['wer']:.2%}")
+                        bar.write(f"step {step}: val loss {val['val/loss']:.3f}, {task.describe(scores)}")
                         checkpoint(epoch, batch_no + 1)
                         last_good = f"{run_dir / 'checkpoint.pt'} (step {step})"
                     t_log = time.perf_counter()  # evaluation time is not training throughput
 
-        test = {f"test/{k}": v for k, v in evaluate_g2p(model, test_words, tgt_vocab, tc.max_tokens, device).items()}
+        test = {f"test/{k}": v for k, v in task.evaluate(model, "test", tc.test_max_examples, device).items()}
         logger.log(step, test)
     finally:
         logger.close()
-    print_summary(run_dir, mcfg, step, test, len(test_words.words))
+    print_summary(run_dir, mcfg, step, task.summary_rows(test, tc.test_max_examples))
     return test
 
 
-def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, test: dict[str, float], n_words: int) -> None:
+def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, metric_rows: list[tuple[str, str]]) -> None:
     rows = [
         ("run dir", str(run_dir)),
         ("norm", f"{mcfg.norm.placement} / {mcfg.norm.kind} / {mcfg.norm.impl}"),
         ("steps", str(step)),
-        (f"test PER ({n_words} words)", f"{test['test/per']:.2%}"),
-        ("test WER", f"{test['test/wer']:.2%}"),
+        *metric_rows,
     ]
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
