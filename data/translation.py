@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
+from datasets import Dataset, load_dataset, load_from_disk
 
 SOURCES = ("hub", "local")
 SPLITS = ("train", "valid", "test")

@@ -44,12 +44,15 @@ def write_corpus(directory, fmt: str, layout: str = "flat") -> None:
     if fmt == "disk":
         rows = {s: ({"translation": [{"de": d, "en": e} for d, e in p]} if layout == "nested"
                     else {"de": [d for d, _ in p], "en": [e for _, e in p]}) for s, p in data.items()}  # fmt: skip
-        DatasetDict({("validation" if s == "valid" else s): Dataset.from_dict(r) for s, r in rows.items()}).save_to_disk(directory)
+        saved = DatasetDict({("validation" if s == "valid" else s): Dataset.from_dict(r) for s, r in rows.items()})
+        saved.save_to_disk(directory)
         return
     for split, pairs in data.items():
         path = directory / f"{'dev' if split == 'valid' and fmt == 'csv' else split}.{fmt}"
         if fmt == "jsonl":
-            lines = [json.dumps({"translation": {"de": d, "en": e}} if layout == "nested" else {"de": d, "en": e}) for d, e in pairs]
+            lines = [
+                json.dumps({"translation": {"de": d, "en": e}} if layout == "nested" else {"de": d, "en": e}) for d, e in pairs
+            ]
             path.write_text("\n".join(lines) + "\n")
         else:
             sep = "\t" if fmt == "tsv" else ","
@@ -145,7 +148,9 @@ def test_hub_source_offline_without_cache_fails_with_one_message(tmp_path):
            "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     message = proc.stdout
-    assert "MESSAGE data=multi30k: the Hugging Face dataset 'bentrevett/multi30k' is neither reachable nor in the cache" in message
+    assert (
+        "MESSAGE data=multi30k: the Hugging Face dataset 'bentrevett/multi30k' is neither reachable nor in the cache" in message
+    )
     assert "Run once on a machine with network access" in message and "data=local data.path=DIR" in message
 
 
@@ -187,9 +192,9 @@ def test_training_on_a_local_corpus_lowers_the_loss_and_logs_bleu(tmp_path, caps
     assert ckpt["model_config"]["share_embeddings"] is True
     assert (run / "src_vocab.json").read_text() == (run / "tgt_vocab.json").read_text()
     # The predict script translates with the checkpoint's own vocabulary.
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "predict.py"), str(run / "checkpoint.pt"), "-", "--beam-size", "2"],
-                          input="zwei Hund ist rot .\ndrei Haus ist blau .\n", capture_output=True, text=True, cwd=ROOT,
-                          timeout=120, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})  # fmt: skip
+    command = [sys.executable, str(ROOT / "scripts" / "predict.py"), str(run / "checkpoint.pt"), "-", "--beam-size", "2"]
+    proc = subprocess.run(command, input="zwei Hund ist rot .\ndrei Haus ist blau .\n", capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 2
 

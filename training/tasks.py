@@ -76,7 +76,9 @@ class G2PTask(_Task):
             name: Seq2SeqData(encode_all(self.src_vocab, split["word"]), encode_all(self.tgt_vocab, split["phonemes"]))
             for name, split in splits.items()
         }
-        self.eval_sets = {s: G2PEvalSet.build(splits[s]["word"], splits[s]["phonemes"], self.data[s].src) for s in ("valid", "test")}
+        self.eval_sets = {
+            s: G2PEvalSet.build(splits[s]["word"], splits[s]["phonemes"], self.data[s].src) for s in ("valid", "test")
+        }
 
     def evaluate(self, model: EncoderDecoder, split: str, max_examples: int | None, device: torch.device) -> dict[str, float]:
         """``{"per", "wer"}`` on at most ``max_examples`` distinct words of ``split`` (valid or test)."""
@@ -123,7 +125,9 @@ class TranslationTask(_Task):
         self.data = {s: _within(encoded[s], max_len) for s in ("train", "valid")}
         if not len(self.data["train"]):
             raise ValueError(f"data.max_len={max_len}: every training pair has a side longer than that; raise it")
-        self.eval_sets = {s: TranslationEvalSet([ids[:longest] for ids in encoded[s].src], pairs[s].tgt) for s in ("valid", "test")}
+        self.eval_sets = {
+            s: TranslationEvalSet([ids[:longest] for ids in encoded[s].src], pairs[s].tgt) for s in ("valid", "test")
+        }
         kind = "joint" if self.share_embeddings else "separate"
         print(f"normlab: {dcfg.name} {dcfg.src_lang}->{dcfg.tgt_lang}: {len(self.data['train'])} training pairs "
               f"({len(encoded['train']) - len(self.data['train'])} over {max_len} tokens dropped), "
