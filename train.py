@@ -1,6 +1,7 @@
 """Train an encoder-decoder Transformer with a chosen norm; log loss and per-layer activation scale.
 
     python train.py                                  # CMUdict G2P, default norm (pre-LN)
+    python train.py data=multi30k model.max_len=128  # translation (data=local data.path=DIR for files)
     python train.py norm=post_ln norm.impl=native    # any axis overridable
     python train.py -m norm=post_ln,pre_ln,pre_rms seed=0,1,2
     python train.py -m +experiment=norm_ablation     # a preset sweep (conf/experiment/)
@@ -24,18 +25,16 @@ import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from tokenizers import Tokenizer
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from data.batching import Seq2SeqData, check_budget, train_stream
-from data.cmudict_g2p import load_cmudict
-from data.tokenizer import PAD_ID, build_vocab, encode_all
+from data.batching import check_budget, train_stream
+from data.tokenizer import PAD_ID
 from model import EncoderDecoder, ModelConfig, NormConfig
 from model.telemetry import Telemetry, TelemetryConfig, first_nonfinite
 from training import distributed
 from training.checkpoint import LATEST, resolve_resume, rng_state, save_checkpoint, set_rng_state
-from training.evaluate import G2PEvalSet, evaluate_g2p, evaluate_loss
+from training.evaluate import evaluate_loss
 from training.flops import peak_flops, train_flops
 from training.interrupt import RunInterrupted, StopRequest
 from training.loggers import MetricsLogger
@@ -43,6 +42,7 @@ from training.optim import build_optimizer, build_scheduler
 from training.status import DONE, read_status, write_status
 from training.step import train_step
 from training.sweep import in_multirun, parallel_jobs, sweep_group
+from training.tasks import build_task
 from training.validate import check_run_config
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -85,7 +85,8 @@ def config_diff(old: dict, new: dict, prefix: str = "") -> str:
 
 
 def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
-    """Run one training job described by ``cfg``; returns the final test metrics.
+    """Run one training job described by ``cfg``; returns the final test metrics (PER/WER for
+    G2P, BLEU/chrF for translation: see ``training/tasks.py``).
 
     Writes into ``run_dir`` (default: Hydra's output dir; under torchrun rank 0 only):
     ``config.yaml`` (resolved), ``metrics.jsonl``, ``status.json``, ``checkpoint.pt`` (+ the
@@ -133,28 +134,15 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
-    # Data: CMUdict splits, vocabularies (taken from the checkpoint on resume), token ids.
-    splits = load_cmudict(keep_stress=cfg.data.keep_stress)
-    if ckpt:
-        src_vocab, tgt_vocab = (Tokenizer.from_str(ckpt["vocab"][k]) for k in ("src", "tgt"))
-    else:
-        src_vocab = build_vocab(splits["train"]["word"], unit="char")
-        tgt_vocab = build_vocab(splits["train"]["phonemes"], unit="space")
-    if is_main:
-        src_vocab.save(str(run_dir / "src_vocab.json"))
-        tgt_vocab.save(str(run_dir / "tgt_vocab.json"))
-    encoded = {
-        name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
-        for name, split in splits.items()
-    }
+    # Data: the task's splits as token ids, vocabularies (taken from the checkpoint on resume).
+    task = build_task(cfg, run_dir if is_main else None, ckpt)
+    encoded = task.data
     for split in encoded.values():
         check_budget(split, tc.max_tokens)
-    valid_set = G2PEvalSet.build(splits["valid"]["word"], splits["valid"]["phonemes"], encoded["valid"].src)
-    test_set = G2PEvalSet.build(splits["test"]["word"], splits["test"]["phonemes"], encoded["test"].src)
-    valid_words, test_words = valid_set.subset(tc.eval_max_words), test_set.subset(tc.test_max_words)
 
     # Model, optimizer, schedule; on resume, their state, the data position, RNG and counters.
-    mcfg = replace(mcfg, src_vocab=src_vocab.get_vocab_size(), tgt_vocab=tgt_vocab.get_vocab_size())
+    mcfg = replace(mcfg, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
+                   share_embeddings=task.share_embeddings)  # fmt: skip
     if ckpt and (diff := config_diff(ckpt["model_config"], mcfg.to_dict())):
         raise ValueError(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
     model = EncoderDecoder(mcfg).to(device)
@@ -184,7 +172,7 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
             "config": OmegaConf.to_container(cfg, resolve=True), "model_config": mcfg.to_dict(),
             "model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
             "data_position": (epoch, next_batch), "rng": rng_state(), "counters": counters,
-            "vocab": {"src": src_vocab.to_str(), "tgt": tgt_vocab.to_str()},
+            **task.checkpoint_state(),
         })  # fmt: skip
         write_status(
             run_dir, step=step, wall_s=counters["wall_s"], tokens_per_s=counters["tgt_tokens"] / max(counters["wall_s"], 1e-9)
@@ -262,12 +250,12 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                     loss_sum.zero_()
                     steps_since_log, tokens_since_log, flops_since_log = 0, 0, 0.0
                     if evaluate and is_main:
-                        g2p = evaluate_g2p(model, valid_words, tgt_vocab, tc.max_tokens, device)
+                        scores = task.evaluate(model, "valid", tc.eval_max_examples, device)
                         val = {"val/loss": evaluate_loss(model, encoded["valid"], tc.max_tokens, device)}
-                        val.update({f"val/{k}": v for k, v in g2p.items()})
+                        val.update({f"val/{k}": v for k, v in scores.items()})
                         logger.log(step, val)
                         logger.log_depth_profile(step, last_stats)
-                        bar.write(f"step {step}: val loss {val['val/loss']:.3f}, PER {g2p['per']:.2%}, WER {g2p['wer']:.2%}")
+                        bar.write(f"step {step}: val loss {val['val/loss']:.3f}, {task.describe(scores)}")
                     if (save or stop_signum) and is_main:
                         checkpoint()
                         last_good = f"{run_dir / LATEST} (step {step})"
@@ -280,13 +268,13 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
 
         test = {}
         if is_main:
-            test = {f"test/{k}": v for k, v in evaluate_g2p(model, test_words, tgt_vocab, tc.max_tokens, device).items()}
+            test = {f"test/{k}": v for k, v in task.evaluate(model, "test", tc.test_max_examples, device).items()}
             logger.log(step, test)
             write_status(run_dir, state="finished", test=test)
     finally:
         logger.close()
     if is_main:
-        print_summary(run_dir, mcfg, step, test, len(test_words.words))
+        print_summary(run_dir, mcfg, step, task.summary_rows(test, tc.test_max_examples))
     return test
 
 
@@ -310,13 +298,12 @@ def wandb_run(cfg: DictConfig, run_dir: Path) -> dict | None:
     }  # fmt: skip
 
 
-def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, test: dict[str, float], n_words: int) -> None:
+def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, metric_rows: list[tuple[str, str]]) -> None:
     rows = [
         ("run dir", str(run_dir)),
         ("norm", f"{mcfg.norm.placement} / {mcfg.norm.kind} / {mcfg.norm.impl}"),
         ("steps", str(step)),
-        (f"test PER ({n_words} words)", f"{test['test/per']:.2%}"),
-        ("test WER", f"{test['test/wer']:.2%}"),
+        *metric_rows,
     ]
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))

@@ -44,3 +44,9 @@ def build_vocab(texts: Iterable[str], *, unit: str) -> Tokenizer:
 def encode_all(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
     """Token ids of each text, without special tokens (batching adds BOS/EOS)."""
     return [enc.ids for enc in tok.encode_batch(texts, add_special_tokens=False)]
+
+
+def detokenize(tok: Tokenizer, ids: list[int]) -> str:
+    """Text of generated ids: pad/bos/eos removed, ``<unk>`` kept visible (``decode`` with
+    ``skip_special_tokens=True`` would drop it, and with it the sign that something was lost)."""
+    return tok.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)], skip_special_tokens=False)

@@ -4,11 +4,35 @@ Shape legend: B batch, T query length, S key length, D d_model, H n_heads, K = D
 Masks follow PyTorch's ``key_padding_mask`` convention: True marks a padding key to ignore.
 SDPA picks a flash / memory-efficient kernel on GPU; the attention matrix is never kept.
 A query whose keys are all masked gets zeros from SDPA, never NaN.
+
+Incremental decoding passes a :class:`KVCache`: self-attention appends the new keys/values to
+it, so step t projects one token and attends over t keys (O(t) per step instead of
+recomputing the whole prefix, O(t^2)); cross-attention fills it from the memory on the first
+call and reuses it after.
 """
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+@dataclass
+class KVCache:
+    """Keys and values one attention module has computed so far, each (B, H, L, K); None before
+    the first call."""
+
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep (and reorder to) batch rows ``rows`` (1-D long), e.g. the surviving beams."""
+        if self.k is not None:
+            self.k, self.v = self.k[rows], self.v[rows]
 
 
 class MultiHeadAttention(nn.Module):
@@ -35,7 +59,11 @@ class MultiHeadAttention(nn.Module):
         self.k_tap = nn.Identity()
 
     def forward(
-        self, x: torch.Tensor, memory: torch.Tensor | None = None, key_pad_mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        key_pad_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
         """Attend from ``x`` to ``memory`` (or to ``x`` itself when memory is None).
 
@@ -43,19 +71,37 @@ class MultiHeadAttention(nn.Module):
             x: queries (B, T, D).
             memory: keys and values (B, S, D); None for self-attention.
             key_pad_mask: (B, S) bool, True at padding keys; None attends to every key.
+            cache: incremental decoding state, updated in place. Self-attention: ``x`` holds the
+                T positions after the P cached ones and attends to all P + T. Cross-attention:
+                the memory's keys/values are projected on the first call only.
 
         Returns:
             (B, T, D).
         """
         kv = x if memory is None else memory
         B, T, D = x.shape
-        S = kv.shape[1]
         H, K = self.n_heads, D // self.n_heads
         q = self.q_tap(self.q_proj(x).view(B, T, H, K).transpose(1, 2))  # (B, H, T, K)
-        k = self.k_tap(self.k_proj(kv).view(B, S, H, K).transpose(1, 2))  # (B, H, S, K)
-        v = self.v_proj(kv).view(B, S, H, K).transpose(1, 2)  # (B, H, S, K)
+        past = 0 if cache is None or memory is not None else len(cache)
+        if cache is not None and memory is not None and cache.k is not None:
+            k, v = cache.k, cache.v  # (B, H, S, K), projected from the memory at the first step
+        else:
+            S = kv.shape[1]
+            k = self.k_proj(kv).view(B, S, H, K).transpose(1, 2)  # (B, H, S, K)
+            v = self.v_proj(kv).view(B, S, H, K).transpose(1, 2)  # (B, H, S, K)
+            if cache is not None:
+                if past:
+                    k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)  # (B, H, P + T, K)
+                cache.k, cache.v = k, v
+        k = self.k_tap(k)
         attn_mask = None if key_pad_mask is None else ~key_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = attend
+        # One new query sees every cached key: no causal mask. Several new queries after a cached
+        # prefix need the causal mask shifted by P (SDPA's is_causal aligns it top-left).
+        is_causal = self.causal and T > 1
+        if is_causal and past:
+            attn_mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)  # (T, P + T)
+            is_causal = False
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0, is_causal=is_causal
         )  # (B, H, T, K)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, D))

@@ -57,6 +57,8 @@ class ModelConfig:
         max_len: longest src or tgt sequence (tokens) the position table covers.
         positions: ``sinusoidal`` (Vaswani et al. sec. 3.5) or ``learned``.
         tie_embeddings: tie the output projection to the target embedding.
+        share_embeddings: one embedding matrix for source and target (a joint vocabulary;
+            requires src_vocab == tgt_vocab). Set from the data, not a Hydra key.
         norm: the normalization axes.
 
     Raises:
@@ -76,6 +78,7 @@ class ModelConfig:
     max_len: int = 64
     positions: str = "sinusoidal"
     tie_embeddings: bool = True
+    share_embeddings: bool = False
     norm: NormConfig = field(default_factory=NormConfig)
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
+            raise ValueError(f"share_embeddings needs one vocabulary, got src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}")
         if self.positions not in POSITIONS:
             raise ValueError(f"unknown model.positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
 

@@ -6,7 +6,7 @@ Shape legend: B batch, S src length, T tgt length, D d_model, F d_ff.
 import torch
 from torch import nn
 
-from model.attention import MultiHeadAttention
+from model.attention import KVCache, MultiHeadAttention
 from model.config import ModelConfig
 from model.residual import Residual, deepnorm_constants
 
@@ -66,8 +66,16 @@ class DecoderLayer(nn.Module):
         self.cross_attn = Residual(cross_attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)
         self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout, alpha)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_pad_mask: torch.Tensor | None) -> torch.Tensor:
-        """x: (B, T, D); memory: (B, S, D); src_pad_mask: (B, S) bool, True at padding."""
-        x = self.self_attn(x)
-        x = self.cross_attn(x, memory, src_pad_mask)
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_pad_mask: torch.Tensor | None,
+        cache: tuple[KVCache, KVCache] | None = None,
+    ) -> torch.Tensor:
+        """x: (B, T, D); memory: (B, S, D); src_pad_mask: (B, S) bool, True at padding;
+        cache: (self-attention, cross-attention) state for incremental decoding."""
+        self_cache, cross_cache = cache or (None, None)
+        x = self.self_attn(x, None, None, self_cache)
+        x = self.cross_attn(x, memory, src_pad_mask, cross_cache)
         return self.ffn(x)

@@ -9,6 +9,7 @@ import math
 import torch
 from torch import nn
 
+from model.attention import KVCache
 from model.config import ModelConfig
 from model.layers import DecoderLayer, EncoderLayer
 from model.residual import build_final_norm, deepnorm_constants
@@ -32,7 +33,7 @@ class Embedding(nn.Module):
     """Token embedding * sqrt(D) + positions, then dropout (Vaswani et al. 2017, sec. 3.4-3.5).
 
     One instance per stack, so telemetry can watch the encoder's and decoder's inputs apart.
-    Shapes: (B, L) ids -> (B, L, D).
+    Shapes: (B, L) ids -> (B, L, D); ``start`` is the position of the first id (incremental decoding).
     """
 
     def __init__(self, vocab: int, cfg: ModelConfig) -> None:
@@ -45,12 +46,34 @@ class Embedding(nn.Module):
             self.register_buffer("pos_table", sinusoidal_table(cfg.max_len, cfg.d_model), persistent=False)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        L = tokens.shape[1]
-        if L > self.cfg.max_len:
-            raise ValueError(f"sequence of {L} tokens exceeds model.max_len={self.cfg.max_len}")
-        pos = self.positions.weight[:L] if self.cfg.positions == "learned" else self.pos_table[:L]  # (L, D)
+    def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        end = start + tokens.shape[1]
+        if end > self.cfg.max_len:
+            raise ValueError(f"sequence of {end} tokens exceeds model.max_len={self.cfg.max_len}")
+        table = self.positions.weight if self.cfg.positions == "learned" else self.pos_table
+        pos = table[start:end]  # (L, D)
         return self.dropout(self.tokens(tokens) * math.sqrt(self.cfg.d_model) + pos)
+
+
+class DecoderCache:
+    """Incremental-decoding state of the whole decoder: per layer, the self-attention cache
+    (grows by one position per step) and the cross-attention cache (the memory's keys/values,
+    computed once). Shapes (B, H, L, K)."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers = [(KVCache(), KVCache()) for _ in range(n_layers)]
+
+    def __len__(self) -> int:
+        """Target positions decoded so far."""
+        return len(self.layers[0][0])
+
+    def select(self, rows: torch.Tensor, *, cross: bool = True) -> None:
+        """Keep (and reorder to) batch rows ``rows``. ``cross=False`` leaves the memory's
+        keys/values alone: correct when rows only move between copies of the same sentence."""
+        for self_cache, cross_cache in self.layers:
+            self_cache.select(rows)
+            if cross:
+                cross_cache.select(rows)
 
 
 class EncoderDecoder(nn.Module):
@@ -58,7 +81,8 @@ class EncoderDecoder(nn.Module):
 
     Module paths are stable across placements (empty norm slots are ``nn.Identity``):
     ``src_embed``, ``encoder.{i}``, ``enc_final_norm``, ``tgt_embed``, ``decoder.{i}``,
-    ``dec_final_norm``, ``output``.
+    ``dec_final_norm``, ``output``. With ``cfg.share_embeddings`` (one joint vocabulary) the
+    source and target embeddings are one matrix, and with ``cfg.tie_embeddings`` so is the output.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -73,6 +97,8 @@ class EncoderDecoder(nn.Module):
         self.dec_final_norm = build_final_norm(cfg.norm, D)
         self.output = nn.Linear(D, cfg.tgt_vocab, bias=False)
         self._init_weights()
+        if cfg.share_embeddings:  # a joint vocabulary: one embedding matrix (Press & Wolf 2017, sec. 5)
+            self.src_embed.tokens.weight = self.tgt_embed.tokens.weight
         if cfg.tie_embeddings:  # Press & Wolf 2017; Vaswani et al. sec. 3.4
             self.output.weight = self.tgt_embed.tokens.weight
 
@@ -100,41 +126,21 @@ class EncoderDecoder(nn.Module):
             x = layer(x, src_pad_mask)
         return self.enc_final_norm(x)
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_pad_mask: torch.Tensor) -> torch.Tensor:
-        """tgt_in (B, T) ids, memory (B, S, D), src_pad_mask (B, S) -> logits (B, T, V)."""
-        x = self.tgt_embed(tgt_in)
-        for layer in self.decoder:
-            x = layer(x, memory, src_pad_mask)
+    def decode(
+        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_pad_mask: torch.Tensor, cache: DecoderCache | None = None
+    ) -> torch.Tensor:
+        """tgt_in (B, T) ids, memory (B, S, D), src_pad_mask (B, S) -> logits (B, T, V).
+
+        With ``cache``, ``tgt_in`` holds only the positions after the ``len(cache)`` already
+        decoded ones; the cache is updated in place and the logits cover the new positions only.
+        """
+        start = 0 if cache is None else len(cache)
+        x = self.tgt_embed(tgt_in, start)
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, memory, src_pad_mask, None if cache is None else cache.layers[i])
         return self.output(self.dec_final_norm(x))
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, tgt_in (B, T) ids (BOS-shifted target) -> logits (B, T, V)."""
         src_pad_mask = src.eq(self.cfg.pad_id)  # (B, S)
         return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask)
-
-    @torch.no_grad()
-    def greedy_decode(self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> torch.Tensor:
-        """Greedy decoding: at each step append the argmax token, until every row has EOS.
-
-        Args:
-            src: (B, S) ids.
-            bos_id, eos_id: ids of the begin/end-of-sequence tokens in the target vocabulary.
-            max_len: most tokens generated per row (EOS included); at most ``cfg.max_len - 1``.
-
-        Returns:
-            (B, L) generated ids without the BOS, L <= max_len; rows that ended early are
-            filled with ``pad_id`` after their EOS.
-        """
-        max_len = min(max_len, self.cfg.max_len - 1)
-        src_pad_mask = src.eq(self.cfg.pad_id)
-        memory = self.encode(src, src_pad_mask)  # (B, S, D)
-        ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        for _ in range(max_len):
-            next_tok = self.decode(ys, memory, src_pad_mask)[:, -1].argmax(-1)  # (B,)
-            next_tok = next_tok.masked_fill(done, self.cfg.pad_id)
-            ys = torch.cat([ys, next_tok[:, None]], dim=1)  # (B, t + 1)
-            done |= next_tok.eq(eos_id)
-            if bool(done.all()):
-                break
-        return ys[:, 1:]

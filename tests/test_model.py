@@ -53,14 +53,14 @@ def test_final_norm_only_for_pre():
     assert not isinstance(make_model("pre").enc_final_norm, torch.nn.Identity)
 
 
-def test_greedy_decode_follows_argmax_and_stops():
-    model = make_model()
-    src = torch.randint(4, 20, (4, 7))
-    out = model.greedy_decode(src, bos_id=1, eos_id=2, max_len=6)
-    assert out.shape[0] == 4 and out.shape[1] <= 6
-    # The first generated token is the argmax of the one-step decoder output.
-    first = model(src, torch.ones(4, 1, dtype=torch.long))[:, -1].argmax(-1)
-    assert torch.equal(out[:, 0], first)
+def test_joint_vocabulary_shares_one_embedding_matrix():
+    torch.manual_seed(0)
+    cfg = ModelConfig(src_vocab=24, tgt_vocab=24, d_model=32, n_heads=4, d_ff=64, n_enc_layers=1, n_dec_layers=1,
+                      share_embeddings=True)  # fmt: skip
+    model = EncoderDecoder(cfg)
+    assert model.src_embed.tokens.weight is model.tgt_embed.tokens.weight is model.output.weight
+    with pytest.raises(ValueError, match="share_embeddings needs one vocabulary, got src_vocab=20, tgt_vocab=24"):
+        ModelConfig(src_vocab=20, tgt_vocab=24, share_embeddings=True)
 
 
 def test_custom_and_native_models_share_state_dicts():

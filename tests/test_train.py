@@ -98,7 +98,7 @@ def test_resume_with_other_model_settings_names_the_difference(tmp_path):
 
 
 def test_resume_path_that_does_not_exist(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint file at .*nope.pt"):
+    with pytest.raises(FileNotFoundError, match="train.resume=.*nope.pt.: no checkpoint file there"):
         train_module.train(make_cfg(f"train.resume={tmp_path / 'nope.pt'}"), tmp_path)
 
 

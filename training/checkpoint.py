@@ -141,4 +141,6 @@ def resolve_resume(resume: str | None, run_dir: Path) -> tuple[dict[str, Any], P
         if not latest.exists() and not (run_dir / PREVIOUS).exists():
             return None
         return load_latest_good(latest if latest.exists() else run_dir / PREVIOUS)
+    if not Path(resume).is_file():
+        raise FileNotFoundError(f"train.resume={resume!r}: no checkpoint file there; valid: auto, null or a checkpoint.pt path")
     return load_latest_good(Path(resume))

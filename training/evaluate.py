@@ -1,5 +1,9 @@
-"""Validation loss and G2P decoding metrics (PER/WER) on a held-out split."""
+"""Validation loss, and decoding metrics on a held-out split: PER/WER (G2P), BLEU/chrF (translation).
 
+Both tasks decode through one path, :func:`decode_all` (beam search; greedy is beam size 1).
+"""
+
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -7,9 +11,50 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from data.batching import Seq2SeqData, collate, make_batches
-from data.metrics import per_wer
-from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from data.metrics import bleu_chrf, per_wer
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, detokenize
+from model.beam_search import beam_search
 from model.transformer import EncoderDecoder
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How hypotheses are searched (the ``decode`` config keys).
+
+    Attributes:
+        beam_size: hypotheses kept per sentence; 1 is greedy decoding.
+        length_penalty: alpha of GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14).
+        max_len_a, max_len_b: a batch whose longest source has S tokens (EOS included) generates
+            at most a * S + b tokens (fairseq's ``--max-len-a/-b``), capped by ``model.max_len - 1``.
+
+    Raises:
+        ValueError: a value out of range (the message names the key and the valid range).
+    """
+
+    beam_size: int = 1
+    length_penalty: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 8
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.beam_size, int) or self.beam_size < 1:
+            raise ValueError(f"decode.beam_size={self.beam_size!r} is invalid; it must be an integer >= 1")
+        if not self.length_penalty >= 0:
+            raise ValueError(f"decode.length_penalty={self.length_penalty!r} is invalid; it must be >= 0")
+        if not (self.max_len_a >= 0 and isinstance(self.max_len_b, int) and self.max_len_a + self.max_len_b >= 1):
+            raise ValueError(f"decode.max_len_a={self.max_len_a!r}, decode.max_len_b={self.max_len_b!r} are invalid; "
+                             "a must be >= 0, b an integer, and a + b >= 1")  # fmt: skip
+
+    def max_len(self, src_len: int) -> int:
+        """Most tokens generated for a batch whose longest source has ``src_len`` tokens."""
+        return int(self.max_len_a * src_len) + self.max_len_b
+
+
+def even_stride(n: int, max_items: int | None) -> list[int]:
+    """At most ``max_items`` of ``range(n)`` at an even stride (all of them for None)."""
+    if max_items is None or max_items >= n:
+        return list(range(n))
+    return [round(i * n / max_items) for i in range(max_items)]
 
 
 @dataclass
@@ -38,7 +83,7 @@ class G2PEvalSet:
         """At most ``max_words`` words, taken at an even stride (the split is alphabetical)."""
         if max_words is None or max_words >= len(self.words):
             return self
-        keep = [round(i * len(self.words) / max_words) for i in range(max_words)]
+        keep = even_stride(len(self.words), max_words)
         return G2PEvalSet([self.words[i] for i in keep], [self.src[i] for i in keep], [self.refs[i] for i in keep])
 
 
@@ -58,27 +103,57 @@ def evaluate_loss(model: EncoderDecoder, data: Seq2SeqData, max_tokens: int, dev
 
 
 @torch.no_grad()
-def greedy_phonemes(
-    model: EncoderDecoder, eval_set: G2PEvalSet, tgt_vocab: Tokenizer, max_tokens: int, device: torch.device
-) -> list[list[str]]:
-    """Greedy pronunciation of every word of ``eval_set``, as phoneme lists, in its order."""
+@torch.compiler.set_stance("force_eager")  # compiled layers run eagerly here: decoding shapes change every step
+def decode_all(
+    model: EncoderDecoder, src: Sequence[list[int]], dcfg: DecodeConfig, max_tokens: int, device: torch.device
+) -> list[list[int]]:
+    """The best hypothesis (ids without BOS/EOS) for every source (ids without EOS), in order.
+
+    Sources are batched by length under ``max_tokens`` (as in training), each batch decoded by
+    :func:`model.beam_search.beam_search` with the incremental decoder cache.
+    """
     was_training = model.training
     model.eval()
-    data = Seq2SeqData(eval_set.src, [[] for _ in eval_set.src])
-    hyps: list[list[str]] = [[] for _ in eval_set.src]
+    data = Seq2SeqData(list(src), [[] for _ in src])
+    hyps: list[list[int]] = [[] for _ in src]
     for index in make_batches(data, max_tokens):
         batch = collate(data, index).to(device)
-        out = model.greedy_decode(batch.src, BOS_ID, EOS_ID, max_len=batch.src.shape[1] + 8).tolist()
+        out = beam_search(model, batch.src, bos_id=BOS_ID, eos_id=EOS_ID, beam_size=dcfg.beam_size,
+                          alpha=dcfg.length_penalty, max_len=dcfg.max_len(batch.src.shape[1]))  # fmt: skip
         for row, ids in zip(index, out, strict=True):
-            ids = ids[: ids.index(EOS_ID)] if EOS_ID in ids else ids
-            hyps[row] = [tgt_vocab.id_to_token(i) for i in ids if i != PAD_ID]
+            hyps[row] = ids
     model.train(was_training)
     return hyps
 
 
 def evaluate_g2p(
-    model: EncoderDecoder, eval_set: G2PEvalSet, tgt_vocab: Tokenizer, max_tokens: int, device: torch.device
-) -> dict[str, float]:
-    """``{"per": ..., "wer": ...}`` (fractions) of greedy decoding against the closest reference."""
-    per, wer = per_wer(greedy_phonemes(model, eval_set, tgt_vocab, max_tokens, device), eval_set.refs)
+    model: EncoderDecoder, eval_set: G2PEvalSet, tgt_vocab: Tokenizer, dcfg: DecodeConfig, max_tokens: int,
+    device: torch.device,
+) -> dict[str, float]:  # fmt: skip
+    """``{"per": ..., "wer": ...}`` (fractions) of the decoded pronunciations against the closest reference."""
+    hyps = decode_all(model, eval_set.src, dcfg, max_tokens, device)
+    phonemes = [[tgt_vocab.id_to_token(i) for i in ids if i != PAD_ID] for ids in hyps]
+    per, wer = per_wer(phonemes, eval_set.refs)
     return {"per": per, "wer": wer}
+
+
+@dataclass
+class TranslationEvalSet:
+    """Source ids (cut to what the model's positions cover) and the raw reference sentences."""
+
+    src: list[list[int]]
+    refs: list[str]
+
+    def subset(self, max_examples: int | None) -> "TranslationEvalSet":
+        """At most ``max_examples`` sentences, taken at an even stride."""
+        keep = even_stride(len(self.refs), max_examples)
+        return TranslationEvalSet([self.src[i] for i in keep], [self.refs[i] for i in keep])
+
+
+def evaluate_translation(
+    model: EncoderDecoder, eval_set: TranslationEvalSet, tgt_vocab: Tokenizer, dcfg: DecodeConfig, max_tokens: int,
+    device: torch.device,
+) -> dict[str, float]:  # fmt: skip
+    """``{"bleu": ..., "chrf": ...}`` (0-100, sacreBLEU) of the detokenized translations."""
+    hyps = decode_all(model, eval_set.src, dcfg, max_tokens, device)
+    return bleu_chrf([detokenize(tgt_vocab, ids) for ids in hyps], eval_set.refs)

@@ -6,6 +6,7 @@ import math
 
 from omegaconf import DictConfig
 
+from training.evaluate import DecodeConfig
 from training.optim import DECAYS
 
 
@@ -15,12 +16,12 @@ def _require(ok: bool, key: str, value: object, valid: str) -> None:
 
 
 def check_run_config(cfg: DictConfig) -> None:
-    """Raise ``ValueError`` for the first out-of-range trainer/optim/schedule value."""
+    """Raise ``ValueError`` for the first out-of-range trainer/optim/schedule/decode value."""
     tc = cfg.trainer
     for key in ("max_steps", "max_tokens", "grad_accum", "log_every", "eval_every", "checkpoint_every"):
         value = tc[key]
         _require(isinstance(value, int) and value >= 1, f"trainer.{key}", value, "it must be an integer >= 1")
-    for key in ("eval_max_words", "test_max_words"):
+    for key in ("eval_max_words", "test_max_words", "eval_max_examples", "test_max_examples"):
         value = tc[key]
         _require(
             value is None or (isinstance(value, int) and value >= 1), f"trainer.{key}", value, "it must be null (all) or >= 1"
@@ -32,6 +33,7 @@ def check_run_config(cfg: DictConfig) -> None:
     _require(tc.peak_tflops is None or tc.peak_tflops > 0, "trainer.peak_tflops", tc.peak_tflops, "it must be null or > 0")
     resume = cfg.train.resume
     _require(resume is None or isinstance(resume, str), "train.resume", resume, "it must be auto, null or a checkpoint path")
+    DecodeConfig(**cfg.decode)
     _require(0 <= tc.label_smoothing < 1, "trainer.label_smoothing", tc.label_smoothing, "it must be in [0, 1)")
     _require(cfg.optim.lr > 0 and math.isfinite(cfg.optim.lr), "optim.lr", cfg.optim.lr, "it must be a finite number > 0")
     _require(cfg.optim.weight_decay >= 0, "optim.weight_decay", cfg.optim.weight_decay, "it must be >= 0")
