@@ -35,15 +35,15 @@ class MetricsLogger:
     Args:
         run_dir: the run directory, or None to write nothing (ranks other than 0).
         wandb_run: kwargs for ``wandb.init`` (project, group, name, tags, config), or None for no wandb.
-        resume_step: the step a resumed run continues after: rows logged past it (by the
-            interrupted run, after its checkpoint) are dropped, so every step appears once.
+        resume_step: the step this run starts after (0: a fresh start): rows an earlier run in
+            this dir logged past it (after its last checkpoint) are dropped, so every step appears once.
     """
 
     def __init__(self, run_dir: Path | None, wandb_run: dict[str, Any] | None, resume_step: int = 0) -> None:
         self._file = None
         if run_dir is not None:
             path = run_dir / "metrics.jsonl"
-            if resume_step and path.exists():
+            if path.exists():
                 kept = [line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= resume_step]
                 path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
             self._file = path.open("a", encoding="utf-8")

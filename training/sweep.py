@@ -51,7 +51,8 @@ def summarize(sweep_dir: Path) -> tuple[str, int]:
         if state in ("failed", "running", "unknown"):  # "running" here: the job died without a word
             failed += 1
             log = run_dir / "error.log" if (run_dir / "error.log").exists() else run_dir / "train.log"
-            test = f"{status.get('error') or ''} (log: {log})"
+            error = (status.get("error") or "").splitlines()
+            test = f"{error[0] if error else ''} (log: {log})"
         rows.append((str(run_dir.relative_to(sweep_dir)), state, str(status.get("step", "-")), test))
     if not rows:
         return f"no jobs found under {sweep_dir}", 0
