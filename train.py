@@ -110,10 +110,14 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     try:
         return _train(cfg, run_dir, is_main)
     except BaseException as e:
-        if is_main:
+        # A run that fails before training in a dir holding a finished run leaves that run's record
+        # alone; otherwise the dir says what happened (config.yaml too, so reports list the run).
+        if is_main and read_status(run_dir).get("state") not in DONE:
             state = {NonFiniteLossError: "diverged", RunInterrupted: "interrupted", KeyboardInterrupt: "interrupted"}
             write_status(run_dir, state=state.get(type(e), "failed"), error=f"{type(e).__name__}: {e}")
             (run_dir / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
+            if not (run_dir / "config.yaml").exists():
+                OmegaConf.save(cfg, run_dir / "config.yaml")
         raise
 
 
@@ -128,9 +132,13 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     tcfg = TelemetryConfig(**OmegaConf.to_container(cfg.telemetry))
     resume = resolve_resume(cfg.train.resume, run_dir)
     ckpt, resumed_from = resume if resume else (None, None)
+    if ckpt and ckpt["step"] > tc.max_steps:
+        raise ValueError(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={tc.max_steps}; "
+                         "raise trainer.max_steps to train on, or start afresh with train.resume=null")  # fmt: skip
     if is_main:
         OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
         write_status(run_dir, state="running", max_steps=tc.max_steps, error=None)
+        (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
@@ -157,9 +165,9 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
         if changed := config_diff(ckpt["config"], OmegaConf.to_container(cfg, resolve=True)):
             print(f"normlab: resuming {resumed_from} at step {step} with changed settings: {changed}")
     sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay, start_step=step)
-    if cfg.schedule.warmup_steps > tc.max_steps:
-        print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} > trainer.max_steps={tc.max_steps}: "
-              f"warmup cut to {tc.max_steps} steps, no decay")  # fmt: skip
+    if cfg.schedule.warmup_steps >= tc.max_steps:
+        print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} >= trainer.max_steps={tc.max_steps}: "
+              f"the whole run warms up (to step {tc.max_steps}), no decay")  # fmt: skip
     if tc.compile:  # per layer: small graphs, quick to compile, module names unchanged
         for layer in [*model.encoder, *model.decoder]:
             layer.compile()
@@ -262,8 +270,7 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                     if stop_signum:
                         name = signal.Signals(int(stop_signum)).name
                         raise RunInterrupted(f"stopped by {name} after step {step}; checkpoint {run_dir / LATEST}; "
-                                             f"continue with: python train.py train.resume=auto hydra.run.dir={run_dir} "
-                                             "(plus this run's overrides)", int(stop_signum))  # fmt: skip
+                                             f"continue with: {resume_command(run_dir)}", int(stop_signum))  # fmt: skip
                     t_log = time.perf_counter()  # evaluation and checkpoint time is not training throughput
 
         test = {}
@@ -276,6 +283,13 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     if is_main:
         print_summary(run_dir, mcfg, step, task.summary_rows(test, tc.test_max_examples))
     return test
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command line that continues this run (its Hydra overrides, pointed at its run dir)."""
+    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    kept = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]
+    return " ".join(["python train.py", *kept, f"hydra.run.dir={run_dir}"])
 
 
 def peak_memory_gib(device: torch.device) -> float:

@@ -1,8 +1,9 @@
 """Loading and grouping for ``scripts/report.py``: run directories -> runs -> variants -> panel data.
 
-A run directory is a folder holding ``config.yaml`` and ``metrics.jsonl`` (``status.json`` too,
-for runs written since it was added). Runs whose configs differ only in ``seed`` (and in keys
-that never change what is trained: ``train.resume``, ``logger.*``, ``hydra.*``) form a variant.
+A run directory is a folder holding ``config.yaml`` and ``metrics.jsonl`` or ``status.json`` (a
+run that failed before training has no metrics; runs written before status.json existed have no
+status). Runs whose configs differ only in ``seed`` (and in keys that never change what is
+trained: ``train.resume``, ``logger.*``, ``hydra.*``) form a variant.
 
 Nothing here draws: :func:`build_panels` returns plain :class:`Panel` / :class:`Line` records
 that ``report.py`` renders twice, once with plotly (the HTML page) and once with matplotlib (PNGs).
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
-RUN_FILES = ("config.yaml", "metrics.jsonl")
+RUN_CONFIG, RUN_RECORDS = "config.yaml", ("metrics.jsonl", "status.json")  # a run dir holds the first and one of the others
 SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; not searched
 IGNORED_KEYS = ("seed", "train.resume", "logger.", "hydra.")  # exact keys, or prefixes ending in "."
 NORM_KEYS = ("norm.placement", "norm.kind", "norm.impl")  # listed first in variant labels
@@ -179,7 +180,7 @@ def find_run_dirs(dirs: Iterable[Path]) -> list[tuple[Path, Path]]:
         if not top.is_dir():
             raise ReportError(f"no such directory: {str(top)!r}")
         for root, subdirs, files in os.walk(top):
-            if all(f in files for f in RUN_FILES):
+            if RUN_CONFIG in files and any(f in files for f in RUN_RECORDS):
                 found.setdefault(Path(root).resolve(), top)
                 subdirs.clear()
             else:
@@ -287,7 +288,10 @@ def load_run(path: Path, label: str) -> Run:
         run.notes.append(f"unreadable config.yaml ({type(e).__name__})")
     n_enc = run.config.get("model.n_enc_layers")
     try:
-        read_metrics(path / "metrics.jsonl", run, n_enc if isinstance(n_enc, int) else None)
+        if (path / "metrics.jsonl").exists():
+            read_metrics(path / "metrics.jsonl", run, n_enc if isinstance(n_enc, int) else None)
+        else:
+            run.notes.append("no metrics.jsonl: stopped before training")
     except OSError as e:
         run.notes.append(f"unreadable metrics.jsonl ({e.strerror})")
     read_status(path / "status.json", run)
@@ -424,7 +428,7 @@ def load_runs(dirs: list[Path], progress: Any = None) -> list[Run]:
     found = find_run_dirs(dirs)
     if not found:
         names = ", ".join(repr(str(d)) for d in dirs)
-        raise ReportError(f"no run directories (folders holding {' and '.join(RUN_FILES)}) under {names}")
+        raise ReportError(f"no run directories (folders holding {RUN_CONFIG} and {' or '.join(RUN_RECORDS)}) under {names}")
     several = len({top for _, top in found}) > 1 or len(dirs) > 1
     items = progress(found) if progress else found
     return [load_run(path, run_label(path, top, several)) for path, top in items]

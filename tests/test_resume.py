@@ -42,8 +42,10 @@ def test_a_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_p
         train_module.train(make_cfg(*EXACT), tmp_path / "stopped")
     assert json.loads((tmp_path / "stopped" / "status.json").read_text())["state"] == "interrupted"
     assert load_checkpoint(tmp_path / "stopped" / "checkpoint.pt")["step"] == 5
+    assert "RunInterrupted" in (tmp_path / "stopped" / "error.log").read_text()
     monkeypatch.setattr(train_module, "train_step", real_step)
     train_module.train(make_cfg(*EXACT), tmp_path / "stopped")  # train.resume=auto: continues at step 6
+    assert not (tmp_path / "stopped" / "error.log").exists()  # the interruption's log went with it
 
     straight, resumed = losses(tmp_path / "straight"), losses(tmp_path / "stopped")
     assert sorted(resumed) == list(range(1, 13))
@@ -64,7 +66,9 @@ def test_sigterm_from_outside_checkpoints_and_exits_143(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
-    assert "stopped by SIGTERM after step" in stderr and "train.resume=auto" in stderr and "Traceback" not in stderr
+    assert "stopped by SIGTERM after step" in stderr and "Traceback" not in stderr
+    overrides = "model=tiny trainer=smoke logger=none trainer.max_steps=100000 trainer.log_every=1"
+    assert f"continue with: python train.py {overrides} hydra.run.dir={run_dir}" in stderr
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "interrupted"
     assert load_checkpoint(run_dir / "checkpoint.pt")["step"] == status["step"] >= 3
@@ -101,6 +105,9 @@ def test_rerunning_a_finished_run_dir_skips_it(tmp_path, capsys):
     assert (tmp_path / "metrics.jsonl").read_text() == lines
     train_module.train(make_cfg("trainer.max_steps=15"), tmp_path)  # a longer run continues instead
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 15
+    with pytest.raises(ValueError, match="checkpoint.pt is at step 15, past trainer.max_steps=12; raise trainer.max_steps"):
+        train_module.train(make_cfg("trainer.max_steps=12"), tmp_path)
+    assert json.loads((tmp_path / "status.json").read_text())["state"] == "finished"  # the finished run's record stays
 
 
 @pytest.mark.parametrize("decay", ["linear", "cosine", "constant"])

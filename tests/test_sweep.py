@@ -72,6 +72,8 @@ def test_a_failing_job_does_not_stop_the_sweep_and_is_listed(tmp_path):
     assert re.search(r"n_heads=3,\S+ +failed +- +ValueError: model.d_model=32 is not divisible by model.n_heads=3", done.stdout)
     assert f"(log: {failed / 'error.log'})" in done.stdout and "Traceback" in (failed / "error.log").read_text()
     assert len(list((tmp_path / "s").glob("*n_heads=2*/checkpoint.pt"))) == 1  # the other job ran to the end
+    page = report.build_report([tmp_path / "s"], tmp_path / "report").read_text(encoding="utf-8")
+    assert "2 runs in 2 variants" in page and "no metrics.jsonl: stopped before training" in page  # listed, marked
 
 
 def test_each_job_of_a_sweep_is_its_own_wandb_run(tmp_path):
