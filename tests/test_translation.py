@@ -211,7 +211,7 @@ def test_separate_vocabularies_and_resume_take_the_checkpoint_vocabulary(tmp_pat
     assert (second / "src_vocab.json").read_text() == (first / "src_vocab.json").read_text()
     assert not (tmp_path / "elsewhere" / "bpe").exists()  # nothing trained on resume
     with pytest.raises(ValueError, match="the checkpoint is of task 'translation', this run of 'g2p'"):
-        train_module.train(make_cfg(f"train.resume={first / 'checkpoint.pt'}"), tmp_path / "third")
+        train_module.train(make_cfg("trainer.max_steps=30", f"train.resume={first / 'checkpoint.pt'}"), tmp_path / "third")
 
 
 def test_data_max_len_drops_long_training_pairs_and_is_checked(tmp_path, capsys):

@@ -1,8 +1,9 @@
 """Checkpoints written atomically, verified on read, with the previous one kept as a fallback.
 
 A checkpoint is one ``torch.save`` dict: ``config`` (resolved run config), ``model_config``
-(plain dict), ``model``, ``optimizer``, ``step``, ``data_position`` (epoch, batch), ``rng``
-(torch CPU/CUDA and Python ``random`` states), ``vocab`` and ``format``. The learning-rate
+(plain dict), ``model``, ``optimizer``, ``step``, ``data_position`` (epoch, next batch), ``rng``
+(torch CPU/CUDA and Python ``random`` states), ``counters`` (training seconds and tokens so far),
+``task`` and ``vocab`` (see ``training/tasks.py``) and ``format``. The learning-rate
 schedule is not stored: it is a function of (config, step), re-planned on resume.
 
 On disk a run dir holds ``checkpoint.pt`` (latest), ``checkpoint.prev.pt`` (the one before) and a
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 FORMAT = "normlab-checkpoint-v2"
-KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "vocab")
+KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "counters", "vocab")
 LATEST, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
 
 
