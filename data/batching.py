@@ -87,27 +87,25 @@ def make_batches(data: Seq2SeqData, max_tokens: int, generator: torch.Generator 
     return batches
 
 
-def collate(data: Seq2SeqData, index: list[int]) -> Batch:
-    """Pad rows ``index`` into a :class:`Batch`: src + EOS, BOS + tgt, tgt + EOS."""
-    S = max(len(data.src[i]) for i in index) + 1
-    T = max(len(data.tgt[i]) for i in index) + 1
-    src = torch.full((len(index), S), PAD_ID, dtype=torch.long)
-    tgt_in = torch.full((len(index), T), PAD_ID, dtype=torch.long)
-    tgt_out = torch.full((len(index), T), PAD_ID, dtype=torch.long)
-    for row, i in enumerate(index):
-        s, t = data.src[i], data.tgt[i]
-        src[row, : len(s) + 1] = torch.tensor(s + [EOS_ID])
-        tgt_in[row, : len(t) + 1] = torch.tensor([BOS_ID] + t)
-        tgt_out[row, : len(t) + 1] = torch.tensor(t + [EOS_ID])
-    n_tgt = sum(len(data.tgt[i]) + 1 for i in index)
-    return Batch(src, tgt_in, tgt_out, list(index), n_tgt)
-
-
 def batch_shape(data: Seq2SeqData, index: list[int]) -> tuple[int, int, int, int]:
     """(B, S, T, target tokens) of the batch :func:`collate` would make from rows ``index``."""
     S = max(len(data.src[i]) for i in index) + 1
     T = max(len(data.tgt[i]) for i in index) + 1
     return len(index), S, T, sum(len(data.tgt[i]) + 1 for i in index)
+
+
+def collate(data: Seq2SeqData, index: list[int]) -> Batch:
+    """Pad rows ``index`` into a :class:`Batch`: src + EOS, BOS + tgt, tgt + EOS."""
+    B, S, T, n_tgt = batch_shape(data, index)
+    src = torch.full((B, S), PAD_ID, dtype=torch.long)
+    tgt_in = torch.full((B, T), PAD_ID, dtype=torch.long)
+    tgt_out = torch.full((B, T), PAD_ID, dtype=torch.long)
+    for row, i in enumerate(index):
+        s, t = data.src[i], data.tgt[i]
+        src[row, : len(s) + 1] = torch.tensor(s + [EOS_ID])
+        tgt_in[row, : len(t) + 1] = torch.tensor([BOS_ID] + t)
+        tgt_out[row, : len(t) + 1] = torch.tensor(t + [EOS_ID])
+    return Batch(src, tgt_in, tgt_out, list(index), n_tgt)
 
 
 @dataclass

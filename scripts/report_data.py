@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
+from training.status import STATES
+
 RUN_CONFIG, RUN_RECORDS = "config.yaml", ("metrics.jsonl", "status.json")  # a run dir holds the first and one of the others
 SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; not searched
 IGNORED_KEYS = ("seed", "train.resume", "logger.", "hydra.")  # exact keys, or prefixes ending in "."
 NORM_KEYS = ("norm.placement", "norm.kind", "norm.impl")  # listed first in variant labels
 DASHES = ("dot", "dash", "solid")  # profile lines, earliest step first
-STATES = ("running", "finished", "diverged", "failed", "interrupted")
 # Scalar series kept from metrics.jsonl; telemetry is reduced on reading (see _BLOCK_RMS, _BLOCK_GRAD).
 SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
 _BLOCK_RMS = re.compile(r"act/(enc|dec)\.(\d+)\.out/rms")  # the residual stream leaving block i

@@ -15,11 +15,12 @@ disk or copy that corrupts bytes, which ``torch.load`` would load without compla
 import hashlib
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from training.atomic import atomic_write
 
 FORMAT = "normlab-checkpoint-v2"
 KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "counters", "vocab")
@@ -49,20 +50,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Call ``write(file)`` on a temp file next to ``path``, fsync, then rename it onto ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
     """Write ``state`` (must hold every key in ``KEYS``) as ``run_dir/checkpoint.pt``; the checkpoint
     it replaces becomes ``checkpoint.prev.pt``. Returns the path written.
@@ -75,14 +62,14 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
         raise KeyError(f"checkpoint state lacks {missing}")
     run_dir.mkdir(parents=True, exist_ok=True)
     latest, previous, staged = run_dir / LATEST, run_dir / PREVIOUS, run_dir / f".{LATEST}.new"
-    _atomic_write(staged, lambda f: torch.save({"format": FORMAT, **state}, f))
+    atomic_write(staged, lambda f: torch.save({"format": FORMAT, **state}, f))
     digest = _sha256(staged)
     if latest.exists():  # keep the last good checkpoint until the new one is in place
         os.replace(latest, previous)
         if Path(f"{latest}.sha256").exists():
             os.replace(f"{latest}.sha256", f"{previous}.sha256")
     os.replace(staged, latest)
-    _atomic_write(Path(f"{latest}.sha256"), lambda f: f.write(f"{digest}  {LATEST}\n".encode()))
+    atomic_write(Path(f"{latest}.sha256"), lambda f: f.write(f"{digest}  {LATEST}\n".encode()))
     return latest
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from model.telemetry import depth_profile
+from training.atomic import atomic_write
 
 
 def wandb_mode() -> str:
@@ -45,7 +46,7 @@ class MetricsLogger:
             path = run_dir / "metrics.jsonl"
             if path.exists():
                 kept = [line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= resume_step]
-                path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+                atomic_write(path, lambda f: f.write("".join(f"{line}\n" for line in kept).encode()))
             self._file = path.open("a", encoding="utf-8")
         self._wandb = None
         if wandb_run is not None:

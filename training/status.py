@@ -8,10 +8,10 @@ second over those seconds), ``error`` (message or null) and ``test`` (final test
 """
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from training.atomic import atomic_write
 
 STATES = ("running", "finished", "diverged", "failed", "interrupted")
 DONE = ("finished", "diverged")  # a re-run of the same run dir skips these; the others resume
@@ -26,10 +26,7 @@ def write_status(run_dir: Path, **fields: Any) -> None:
     if "state" in fields and fields["state"] not in STATES:
         raise ValueError(f"unknown run state {fields['state']!r}; valid: {', '.join(STATES)}")
     status = {**read_status(run_dir), **fields}
-    fd, tmp = tempfile.mkstemp(prefix=".status.", suffix=".tmp", dir=run_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(status, f, indent=1)
-    os.replace(tmp, run_dir / "status.json")
+    atomic_write(run_dir / "status.json", lambda f: f.write(json.dumps(status, indent=1).encode()))
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:
