@@ -161,7 +161,7 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         step, (epoch, next_batch), counters = ckpt["step"], ckpt["data_position"], ckpt["counters"]
-        set_rng_state(ckpt["rng"])
+        set_rng_state(ckpt["rng"], distributed.rank(), world, device)
         if changed := config_diff(ckpt["config"], OmegaConf.to_container(cfg, resolve=True)):
             print(f"normlab: resuming {resumed_from} at step {step} with changed settings: {changed}")
     sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay, start_step=step)
@@ -175,11 +175,11 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     peak = peak_flops(device, tc.peak_tflops)
 
-    def checkpoint() -> None:
+    def checkpoint(rngs: list) -> None:
         save_checkpoint(run_dir, {
             "config": OmegaConf.to_container(cfg, resolve=True), "model_config": mcfg.to_dict(),
             "model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-            "data_position": (epoch, next_batch), "rng": rng_state(), "counters": counters,
+            "data_position": (epoch, next_batch), "rng": rngs, "counters": counters,
             **task.checkpoint_state(),
         })  # fmt: skip
         write_status(
@@ -199,6 +199,7 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     last_good = f"{resumed_from} (step {step})" if ckpt else "none written yet"
     first_bad_site = None  # first telemetry metric seen non-finite, named when the loss goes non-finite
     last_stats: dict[str, float] = {}  # latest telemetry record, drawn as a depth profile at each eval
+    last_stats_step = 0  # the step it was recorded at
     model.train()
     try:
         with StopRequest() as stop, tqdm(total=tc.max_steps, initial=step, desc="train", disable=not is_main) as bar:
@@ -207,7 +208,10 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                 epoch, next_batch = batches.epoch, batches.next_batch
                 micro = [b.to(device) for b in batches.micro]
                 step += 1
-                record = is_main and telemetry.due(step, tc.max_steps)
+                # Every rank records on the same steps: a rank-0-only schedule would send rank 0 alone
+                # into the logging block's collectives below (a hang). Only rank 0 logs what it saw.
+                record = telemetry.due(step, tc.max_steps)
+                lr = sched.get_last_lr()[0]  # the rate this step's update uses (read before it steps)
                 loss, grad_norm = train_step(
                     ddp, micro, opt, sched, telemetry, step_tokens=batches.n_tgt_tokens, world=world, record=record,
                     label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast,
@@ -242,7 +246,7 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                     counters["tgt_tokens"] += tokens_since_log
                     metrics = {
                         "train/loss": loss_total / steps_since_log,
-                        "optim/lr": sched.get_last_lr()[0],
+                        "optim/lr": lr,
                         "optim/grad_norm": norm,
                         "optim/grad_norm_clipped": norm_clipped,
                         "perf/tokens_per_s": tokens_since_log / elapsed,
@@ -252,7 +256,8 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                         **stats,
                     }
                     logger.log(step, metrics)
-                    last_stats = stats or last_stats
+                    if stats:
+                        last_stats, last_stats_step = stats, step
                     bar.set_postfix(loss=f"{metrics['train/loss']:.3f}", lr=f"{metrics['optim/lr']:.2e}",
                                     tok_s=f"{metrics['perf/tokens_per_s']:.0f}")  # fmt: skip
                     loss_sum.zero_()
@@ -262,11 +267,13 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                         val = {"val/loss": evaluate_loss(model, encoded["valid"], tc.max_tokens, device)}
                         val.update({f"val/{k}": v for k, v in scores.items()})
                         logger.log(step, val)
-                        logger.log_depth_profile(step, last_stats)
+                        logger.log_depth_profile(step, last_stats, last_stats_step)
                         bar.write(f"step {step}: val loss {val['val/loss']:.3f}, {task.describe(scores)}")
-                    if (save or stop_signum) and is_main:
-                        checkpoint()
-                        last_good = f"{run_dir / LATEST} (step {step})"
+                    if save or stop_signum:  # every rank hands in its own RNG streams (a collective)
+                        rngs = distributed.all_gather_object(rng_state(device))
+                        if is_main:
+                            checkpoint(rngs)
+                            last_good = f"{run_dir / LATEST} (step {step})"
                     if stop_signum:
                         name = signal.Signals(int(stop_signum)).name
                         raise RunInterrupted(f"stopped by {name} after step {step}; checkpoint {run_dir / LATEST}; "
@@ -346,6 +353,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv = distributed.strip_local_rank(sys.argv)  # legacy launchers' --local-rank=N
     distributed.init_from_env()
     try:
         main()

@@ -1,6 +1,7 @@
 """train(cfg) end to end on tiny settings: presets, metrics file, resume, bad input."""
 
 import json
+import math
 import subprocess
 import sys
 import types
@@ -172,3 +173,34 @@ def test_wandb_runs_offline_without_an_api_key(tmp_path, monkeypatch):
     assert len(runs) == 1
     record = runs[0].read_bytes()  # the offline run's protobuf log: config, tags and metrics
     assert b"placement=post" in record and b"seed=3" in record and b"act/enc.0.out/rms" in record
+
+
+def expected_lr(step: int, peak: float, warmup: int, max_steps: int, decay: str) -> float:
+    """The rate step ``step`` (1-based) trains with, in closed form: warmup from peak/W to peak over
+    the first W = min(warmup, max_steps) steps (torch's LinearLR), then ``decay`` to 0 at max_steps."""
+    w = min(warmup, max_steps)
+    if step <= w:
+        return peak * (1 / w + (1 - 1 / w) * (step - 1) / w)
+    j, rest = step - 1 - w, max(max_steps - w, 1)
+    return {"linear": peak * (1 - j / rest), "cosine": peak * (1 + math.cos(math.pi * j / rest)) / 2, "constant": peak}[decay]
+
+
+@pytest.mark.parametrize("overrides", [[], ["schedule.warmup_steps=8"], ["schedule.warmup_steps=8", "schedule.decay=cosine"]])
+def test_logged_learning_rate_is_the_one_each_step_trained_with(overrides, tmp_path):
+    cfg = make_cfg(*overrides)  # the defaults: warmup 200 cut to the 20-step run
+    train_module.train(cfg, tmp_path)
+    logged = {r["step"]: r["optim/lr"] for r in read_metrics(tmp_path) if "optim/lr" in r}
+    assert sorted(logged) == [1, 5, 10, 15, 20]
+    sc = cfg.schedule
+    for step, lr in logged.items():
+        assert lr == pytest.approx(expected_lr(step, cfg.optim.lr, sc.warmup_steps, 20, sc.decay), rel=1e-9), step
+    assert logged[20] > 0  # the last step still trains (it logged 0.0, the rate after it)
+
+
+def test_wandb_depth_chart_is_titled_with_the_step_its_record_comes_from(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    train_module.train(make_cfg("logger=wandb", "telemetry.every=3"), tmp_path)  # records 1, 3, ..., 18, 20; evals 10, 20
+    (record,) = (p.read_bytes() for p in (tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert b"RMS vs depth, step 9" in record and b"RMS vs depth, step 20" in record
+    assert b"RMS vs depth, step 10" not in record  # no record was taken at step 10

@@ -2,7 +2,8 @@
 
 A checkpoint is one ``torch.save`` dict: ``config`` (resolved run config), ``model_config``
 (plain dict), ``model``, ``optimizer``, ``step``, ``data_position`` (epoch, next batch), ``rng``
-(torch CPU/CUDA and Python ``random`` states), ``counters`` (training seconds and tokens so far),
+(a list with one entry per rank: that rank's torch CPU, its own CUDA device's and Python ``random``
+states; a single dict in checkpoints written before per-rank streams), ``counters`` (training seconds and tokens so far),
 ``task`` and ``vocab`` (see ``training/tasks.py``) and ``format``. The learning-rate
 schedule is not stored: it is a function of (config, step), re-planned on resume.
 
@@ -27,19 +28,32 @@ KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position",
 LATEST, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
 
 
-def rng_state() -> dict[str, Any]:
-    """Every RNG the loop draws from, to restore on resume."""
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """Every RNG this process draws from, to restore on resume: torch's CPU generator, Python's
+    ``random`` and, on CUDA, the generator of ``device`` only (reading every GPU's state would open
+    a CUDA context on each of them from every rank)."""
     state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(saved: list[dict[str, Any]] | dict[str, Any], rank: int, world: int, device: torch.device) -> None:
+    """Restore rank ``rank``'s streams from a checkpoint's ``rng`` entry (one state per rank).
+
+    A checkpoint written by another number of ranks (or before per-rank states, a single dict)
+    cannot continue every rank's stream: rank r then takes state ``r mod n`` and a warning says that
+    the resumed run is not bit-exact (its data shards differ too)."""
+    states = saved if isinstance(saved, list) else [saved]
+    if len(states) != world and rank == 0:
+        print(f"normlab: warning: the checkpoint holds RNG streams of {len(states)} rank(s), this run has {world}: "
+              "training continues, but not exactly as the interrupted run would have")  # fmt: skip
+    state = states[rank % len(states)]
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and device.type == "cuda":
+        cuda = state["cuda"]  # older checkpoints hold every device's state
+        torch.cuda.set_rng_state(cuda[device.index or 0] if isinstance(cuda, list) else cuda, device)
 
 
 def _sha256(path: Path) -> str:

@@ -12,6 +12,26 @@ import torch
 import torch.distributed as dist
 
 STAMP_ENV = "NORMLAB_RUN_STAMP"  # read by hydra.run.dir in conf/config.yaml
+LOCAL_RANK_FLAGS = ("--local-rank", "--local_rank")
+
+
+def strip_local_rank(argv: list[str]) -> list[str]:
+    """``argv`` without the ``--local-rank=N`` / ``--local_rank N`` flag that legacy launchers
+    (``python -m torch.distributed.launch`` without ``--use-env``, DeepSpeed's) append. The flag
+    only repeats ``LOCAL_RANK``, which is set from it when the launcher did not export it; Hydra
+    would reject it as an unrecognized argument."""
+    out, i = [], 0
+    while i < len(argv):
+        flag, eq, value = argv[i].partition("=")
+        if flag in LOCAL_RANK_FLAGS:
+            if not eq:  # "--local-rank N": the value is the next argument
+                i += 1
+                value = argv[i] if i < len(argv) else ""
+            os.environ.setdefault("LOCAL_RANK", value)
+        else:
+            out.append(argv[i])
+        i += 1
+    return out
 
 
 def init_from_env() -> None:
@@ -50,9 +70,14 @@ def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
     return t
 
 
-def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
+def all_gather_object(obj: object) -> list[object]:
+    """``[obj of rank 0, obj of rank 1, ...]`` on every rank (pickled; for small, rare payloads such
+    as RNG states at checkpoints); ``[obj]`` in a single process."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def shutdown() -> None:

@@ -70,10 +70,12 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.log({"trainer/step": step, **metrics}, step=step)
 
-    def log_depth_profile(self, step: int, stats: dict[str, float]) -> None:
+    def log_depth_profile(self, step: int, stats: dict[str, float], recorded_at: int) -> None:
         """A wandb line plot of activation RMS vs depth (x = block index, encoder then decoder;
-        one line per site) from the telemetry record ``stats``. The numbers are already in
-        metrics.jsonl; the chart is logged at evaluations only, to keep the wandb run small."""
+        one line per site) from the telemetry record ``stats``, logged at ``step`` and titled with
+        the step ``recorded_at`` that the record comes from (the latest record before an evaluation
+        may be older than it). The numbers are already in metrics.jsonl; the chart is logged at
+        evaluations only, to keep the wandb run small."""
         if self._wandb is None:
             return
         import wandb
@@ -84,7 +86,8 @@ class MetricsLogger:
         sites = sorted(profile)
         xs = sorted({x for site in sites for x, _ in profile[site]})
         ys = [[dict(profile[site]).get(x, float("nan")) for x in xs] for site in sites]
-        chart = wandb.plot.line_series(xs=xs, ys=ys, keys=sites, title=f"RMS vs depth, step {step}", xname="block (enc then dec)")
+        title = f"RMS vs depth, step {recorded_at}"
+        chart = wandb.plot.line_series(xs=xs, ys=ys, keys=sites, title=title, xname="block (enc then dec)")
         self._wandb.log({"act/rms_vs_depth": chart}, step=step)
 
     def close(self) -> None:
