@@ -7,10 +7,12 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
 (default ``<first dir>/report/``):
 
 - ``index.html``: training loss, validation loss and validation PER (BLEU for translation runs) vs step
-  (a thin line per run; per variant the mean over seeds with a min-max band), residual RMS and
-  gradient norm vs depth, and summary tables per run and per variant. plotly.js is embedded: the page
-  works offline. Once every chart has drawn, ``<body data-plots-drawn>`` equals ``data-plots-expected``;
-  JavaScript errors (uncaught, rejected promises, ``console.error``) are counted in ``<html data-js-errors>``.
+  (a thin line per run; per variant the mean over seeds with a min-max band, drawn only where every
+  seed has a value; an ``x`` where a run diverged), residual RMS and gradient norm vs depth, and
+  summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md).
+  plotly.js is embedded: the page works offline. Once every chart has drawn, ``<body data-plots-drawn>``
+  equals ``data-plots-expected``; JavaScript errors (uncaught, rejected promises, ``console.error``)
+  are counted in ``<html data-js-errors>``.
 - one PNG per chart (``loss.png``, ``val_loss.png``, ``val_per.png``, ``rms_vs_depth.png``, ``grad_vs_depth.png``).
 
 Runs whose configs differ only in the seed form a variant (see ``scripts/report_data.py``). Diverged,
@@ -36,10 +38,22 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scripts.report_data import TASKS, Panel, ReportError, Run, Variant, build_panels, detect_task, group_variants, load_runs  # noqa: E402
+from scripts.report_data import (  # noqa: E402
+    TASKS,
+    Line,
+    Panel,
+    ReportError,
+    Run,
+    Variant,
+    build_panels,
+    detect_task,
+    group_variants,
+    load_runs,
+)
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MPL_DASH = {"solid": "-", "dash": "--", "dot": ":"}
+DIVERGED_LABEL = "x: a diverged run's last finite value"
 DRAWN_JS = "document.body.dataset.plotsDrawn = String(Number(document.body.dataset.plotsDrawn || 0) + 1);"
 ERRORS_JS = """window.reportErrors = [];
 function reportError(message) {
@@ -74,22 +88,10 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
     """The plotly version of ``panel``. Every trace carries ``meta = {"role", "variant"}`` (``run``,
-    ``mean``, ``band`` or ``profile``), so the page's figure JSON says which curve is which."""
+    ``mean``, ``band``, ``diverged`` or ``profile``), so the page's figure JSON says which curve is which."""
     fig = go.Figure()
     for line in panel.lines:
-        color, meta = colors[line.variant], {"role": line.role, "variant": line.variant}
-        common = {"x": line.x, "mode": "lines", "legendgroup": line.variant, "connectgaps": False}
-        if line.role == "run":
-            fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 1}, opacity=0.45, showlegend=False,
-                            meta={**meta, "run": line.name}, **common)  # fmt: skip
-        elif line.role == "mean":
-            band = {"line": {"width": 0}, "showlegend": False, "hoverinfo": "skip", "meta": {**meta, "role": "band"}}
-            fig.add_scatter(y=line.hi, name=f"{line.variant} max", **band, **common)
-            fig.add_scatter(y=line.lo, name=f"{line.variant} min", fill="tonexty", fillcolor=_rgba(color, 0.15), **band, **common)
-            fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 2.5}, meta=meta, **common)
-        else:
-            common["mode"] = "lines+markers"
-            fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash}, meta=meta, **common)
+        _add_traces(fig, line, colors[line.variant])
     fig.update_layout(title=panel.title, template="plotly_white", margin={"t": 50, "b": 40},
                       legend={"orientation": "h", "yanchor": "top", "y": -0.15, "font": {"size": 10}})  # fmt: skip
     fig.update_xaxes(title=panel.xlabel, **({"dtick": 1} if panel.integer_x else {}))
@@ -99,22 +101,51 @@ def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
     return fig
 
 
+def _add_traces(fig: go.Figure, line: Line, color: str) -> None:
+    """The trace(s) of one line. A point with no finite neighbour gets a marker (plotly draws no line through
+    a lone point); a ``diverged`` line is an ``x`` marker."""
+    meta = {"role": line.role, "variant": line.variant}
+    common = {"x": line.x, "mode": "lines", "legendgroup": line.variant, "connectgaps": False, "hovertext": line.hover}
+    if (lone := line.isolated) and line.role in ("run", "mean"):
+        common["mode"] = "lines+markers"
+        common["marker"] = {"size": [7 if i in lone else 0 for i in range(len(line.y))], "color": color}
+    if line.role == "run":
+        fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 1}, opacity=0.45, showlegend=False,
+                        meta={**meta, "run": line.name}, **common)  # fmt: skip
+    elif line.role == "mean":
+        band = {**common, "mode": "lines", "marker": None, "hovertext": None, "line": {"width": 0}, "showlegend": False,
+                "hoverinfo": "skip", "meta": {**meta, "role": "band"}}  # fmt: skip
+        fig.add_scatter(y=line.hi, name=f"{line.variant} max", **band)
+        fig.add_scatter(y=line.lo, name=f"{line.variant} min", fill="tonexty", fillcolor=_rgba(color, 0.15), **band)
+        fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 2.5}, meta=meta, **common)
+    elif line.role == "diverged":
+        fig.add_scatter(y=line.y, name=line.name, **{**common, "mode": "markers"}, showlegend=False, meta=meta,
+                        marker={"symbol": "x", "size": 11, "color": color, "line": {"width": 1, "color": "#222"}})  # fmt: skip
+    else:
+        common["mode"] = "lines+markers"
+        fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash}, meta=meta, **common)
+
+
 def figure_html(fig: go.Figure, div_id: str, include_plotlyjs: bool) -> str:
     """A ``<div>`` drawing ``fig``; bumps ``<body data-plots-drawn>`` once plotly has drawn it."""
     return pio.to_html(fig, include_plotlyjs=include_plotlyjs, full_html=False, div_id=div_id, post_script=DRAWN_JS,
                        default_height="100%", config={"responsive": True})  # fmt: skip
 
 
-def save_png(panel: Panel, colors: dict[str, str], out_dir: Path) -> Path:
-    """Draw ``panel`` with matplotlib into ``out_dir/<panel.key>.png``; returns the path."""
+def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
+    """The matplotlib version of ``panel`` (markers as in :func:`plotly_figure`); the caller closes it."""
     fig, ax = plt.subplots(figsize=(9, 5))
     for line in panel.lines:
         x, y, color = np.asarray(line.x, dtype=float), np.asarray(line.y, dtype=float), colors[line.variant]
+        lone = {"marker": "o", "ms": 5, "markevery": line.isolated} if line.isolated else {}
         if line.role == "run":
-            ax.plot(x, y, color=color, lw=0.8, alpha=0.4)
+            ax.plot(x, y, color=color, lw=0.8, alpha=0.4, **lone)
         elif line.role == "mean":
             ax.fill_between(x, np.asarray(line.lo, dtype=float), np.asarray(line.hi, dtype=float), color=color, alpha=0.15, lw=0)
-            ax.plot(x, y, color=color, lw=2, label=line.name)
+            ax.plot(x, y, color=color, lw=2, label=line.name, **lone)
+        elif line.role == "diverged":  # one legend entry for all the x's of the chart
+            label = DIVERGED_LABEL if DIVERGED_LABEL not in ax.get_legend_handles_labels()[1] else None
+            ax.plot(x, y, color=color, ls="none", marker="x", ms=9, mew=2, label=label)
         else:
             ax.plot(x, y, color=color, ls=MPL_DASH.get(line.dash, "-"), marker="o", ms=3, label=line.name)
     has_positive = any(v is not None and v > 0 for line in panel.lines for v in line.y)
@@ -127,6 +158,12 @@ def save_png(panel: Panel, colors: dict[str, str], out_dir: Path) -> Path:
     ax.set(title=panel.title, xlabel=panel.xlabel, ylabel=panel.ylabel)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    return fig
+
+
+def save_png(panel: Panel, colors: dict[str, str], out_dir: Path) -> Path:
+    """Draw ``panel`` with matplotlib into ``out_dir/<panel.key>.png``; returns the path."""
+    fig = panel_figure(panel, colors)
     path = out_dir / f"{panel.key}.png"
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
@@ -150,9 +187,17 @@ def _fmt_rate(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
 
-def _mean(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.fmean(present) if present else None
+def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:
+    """(mean, standard error of the mean) of ``values``: stderr = sample std (n - 1 in the denominator) / sqrt(n);
+    None for a mean of no values or a stderr of fewer than two."""
+    mean = statistics.fmean(values) if values else None
+    return mean, statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+
+
+def _diverged_text(run: Run) -> str:
+    if not run.diverged:
+        return "no"
+    return "yes" if run.diverged_at is None else f"yes (step {run.diverged_at})"
 
 
 # A column: (key, header, cell) where cell(run or variant) -> (raw value for data-value, shown text).
@@ -171,7 +216,7 @@ def run_columns(task: str) -> list[Column]:
         ("run", "run", lambda r: (r.label, r.label)),
         ("seed", "seed", lambda r: (r.seed, "—" if r.seed is None else str(r.seed))),
         ("state", "state", lambda r: (r.status_state, r.status_state)),
-        ("diverged", "diverged", lambda r: (r.diverged, "yes" if r.diverged else "no")),
+        ("diverged", "diverged", lambda r: (r.diverged, _diverged_text(r))),
         ("step", "step", lambda r: (r.last_step, f"{r.last_step if r.last_step is not None else '—'} / {r.max_steps or '?'}")),
         *(metric_col(m) for m in test_metrics),
         ("best_val_loss", "best valid loss", lambda r: (v := r.best("val/loss"), _fmt(v))),
@@ -182,28 +227,35 @@ def run_columns(task: str) -> list[Column]:
 
 
 def variant_columns(task: str) -> list[Column]:
-    """The per-variant table's columns: means over the variant's runs that have the value."""
+    """The per-variant table's columns: how many runs finished and diverged, then for each metric its
+    mean ± stderr (n) over the variant's finished runs that have it (:func:`mean_stderr`)."""
     _, test_metrics, scale = TASKS[task]
     unit = " (%)" if scale != 1.0 else ""
 
-    def mean_col(key: str, header: str, get: Callable[[Run], float | None], shown_scale: float = 1.0, digits: int = 3) -> Column:
+    def mean_col(key: str, header: str, get: Callable[[Run], float | None], fmt: Callable[[float | None], str]) -> Column:
         def cell(v: Variant) -> tuple:
-            values = [x for x in map(get, v.runs) if x is not None]
-            mean = _mean(values)
-            spread = f" ± {statistics.stdev(values) * shown_scale:.{digits}f}" if len(values) > 1 else ""
-            text = "—" if mean is None else f"{mean * shown_scale:.{digits}f}{spread} (n={len(values)})"
-            return mean, text
+            values = [x for x in (get(r) for r in v.runs if r.finished) if x is not None]
+            mean, stderr = mean_stderr(values)
+            spread = "" if stderr is None else f" ± {fmt(stderr)}"
+            return mean, f"{fmt(mean)}{spread} (n = {len(values)})"
 
-        return key, header, cell
+        return key, f"{header}: mean ± stderr (n)", cell
+
+    def count_col(key: str, test: Callable[[Run], bool]) -> Column:
+        return key, key, lambda v: (k := sum(map(test, v.runs)), f"{k} of {len(v.runs)}")
+
+    def metric_col(m: str) -> Column:
+        shown = lambda x: _fmt(None if x is None else x * scale, 2)
+        return mean_col(m, f"{m.split('/')[1].upper()}{unit}", lambda r: r.final(m), shown)
 
     return [
         ("variant", "variant", lambda v: (v.label, v.label)),
-        ("runs", "runs", lambda v: (len(v.runs), str(len(v.runs)))),
-        ("diverged", "diverged", lambda v: (n := sum(r.diverged for r in v.runs), str(n))),
-        *(mean_col(m, f"mean {m.split('/')[1].upper()}{unit}", lambda r, m=m: r.final(m), scale, 2) for m in test_metrics),
-        mean_col("best_val_loss", "mean best valid loss", lambda r: r.best("val/loss")),
-        ("wall_s", "mean wall time", lambda v: (x := _mean([r.wall_s for r in v.runs]), _fmt_time(x))),
-        ("tokens_per_s", "mean tokens/s", lambda v: (x := _mean([r.tokens_per_s for r in v.runs]), _fmt_rate(x))),
+        count_col("finished", lambda r: r.finished),
+        count_col("diverged", lambda r: r.diverged),
+        *(metric_col(m) for m in test_metrics),
+        mean_col("best_val_loss", "best valid loss", lambda r: r.best("val/loss"), _fmt),
+        mean_col("wall_s", "wall time", lambda r: r.wall_s, _fmt_time),
+        mean_col("tokens_per_s", "tokens/s", lambda r: r.tokens_per_s, _fmt_rate),
     ]
 
 
@@ -260,8 +312,11 @@ def header_html(dirs: list[Path], runs: list[Run], variants: list[Variant], pngs
         f"<p>{len(runs)} runs in {len(variants)} variants ({n_div} diverged) from "
         f"{html.escape(', '.join(str(d) for d in dirs))}.</p>\n"
         '<p class="note">Variants: runs whose configs differ only in the seed. Curves: thin lines are single runs, '
-        "thick lines the mean over the variant's runs with a min-max band (at each step, over the runs with a "
-        "finite value). Depth: encoder blocks, then decoder blocks; values are means over the variant's runs.</p>\n"
+        "thick lines the mean over the variant's runs with a min-max band, drawn only at steps where every one of "
+        "them has a finite value (hover: n = k of N); × marks a diverged run's last finite value (hover: its "
+        "divergence step); a lone point gets a dot. Depth: encoder blocks, then decoder blocks; values are means over "
+        "the variant's runs recorded at that step. Variant table: means over finished runs only, "
+        "± the standard error of the mean (sample std / √n), n the runs averaged.</p>\n"
         f'<p class="note">PNGs: {links}</p>'
     )
 

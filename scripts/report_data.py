@@ -7,6 +7,10 @@ trained: ``train.resume``, ``logger.*``, ``hydra.*``) form a variant.
 
 Nothing here draws: :func:`build_panels` returns plain :class:`Panel` / :class:`Line` records
 that ``report.py`` renders twice, once with plotly (the HTML page) and once with matplotlib (PNGs).
+
+Diverged runs are never averaged as if they had finished: a variant's mean curve is drawn only at
+steps where every run of the variant has a finite value (:func:`mean_band`), and each diverged run
+gets a marker at its last finite point (:func:`divergence_marks`).
 """
 
 import json
@@ -32,6 +36,9 @@ DASHES = ("dot", "dash", "solid")  # profile lines, earliest step first
 SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
 _BLOCK_RMS = re.compile(r"act/(enc|dec)\.(\d+)\.out/rms")  # the residual stream leaving block i
 _BLOCK_GRAD = re.compile(r"grad/(enc|dec)\.(\d+)/norm")
+# status.json "error" of a diverged run, as train.py's NonFiniteLossError words it: "non-finite training loss at step 31; ..."
+_DIVERGED_AT = re.compile(r"non-finite [\w ]*loss at step (\d+)")
+Values = list[float | None]  # a series with gaps (None: no finite value)
 TASKS = {  # task -> (validation metric, test metrics, scale to display: fractions are shown in %)
     "g2p": ("val/per", ("test/per", "test/wer"), 100.0),
     "translation": ("val/bleu", ("test/bleu", "test/chrf"), 1.0),
@@ -76,6 +83,25 @@ class Run:
         if self.status_state == "diverged":
             return True
         return any(v is None for key in ("train/loss", "val/loss") for _, v in self.series.get(key, []))
+
+    @property
+    def diverged_at(self) -> int | None:
+        """The step whose loss went non-finite: from status.json's error message, else the first step with a
+        null train or valid loss; None for a run that did not diverge (or whose step is unknown)."""
+        if not self.diverged:
+            return None
+        if m := _DIVERGED_AT.search(str((self.status or {}).get("error") or "")):
+            return int(m.group(1))
+        bad = [s for key in ("train/loss", "val/loss") for s, v in self.series.get(key, []) if v is None]
+        return min(bad, default=None)
+
+    @property
+    def finished(self) -> bool:
+        """status.json says ``finished``; a run without status.json counts when it reached ``max_steps`` without
+        diverging. Only finished runs enter a variant's means in the report's table."""
+        if self.status_state != "unknown":
+            return self.status_state == "finished"
+        return not self.diverged and self.max_steps is not None and self.last_step == self.max_steps
 
     @property
     def status_state(self) -> str:
@@ -135,7 +161,8 @@ class Variant:
 @dataclass
 class Line:
     """One curve of a panel. ``role``: ``run`` (one run), ``mean`` (a variant's mean over its runs, with
-    ``lo``/``hi`` the min-max band) or ``profile`` (a variant's value vs depth at one step)."""
+    ``lo``/``hi`` the min-max band), ``diverged`` (one point: where a diverged run stopped) or ``profile``
+    (a variant's value vs depth at one step). ``hover``: a text per point (e.g. ``n = 2 of 3``), or None."""
 
     name: str
     variant: str
@@ -145,6 +172,14 @@ class Line:
     lo: list[float | None] | None = None
     hi: list[float | None] | None = None
     dash: str = "solid"
+    hover: list[str] | None = None
+
+    @property
+    def isolated(self) -> list[int]:
+        """Indices of finite points with no finite neighbour: a line through them draws nothing, so the
+        renderers put a marker there (one evaluation in a run, or a mean complete at a single step)."""
+        present = [False, *(v is not None and math.isfinite(v) for v in self.y), False]  # padded: no neighbour off the ends
+        return [i - 1 for i in range(1, len(present) - 1) if present[i] and not present[i - 1] and not present[i + 1]]
 
 
 @dataclass
@@ -339,9 +374,16 @@ def detect_task(runs: list[Run]) -> str:
     return "translation" if has_bleu else "g2p"
 
 
-def mean_band(runs: list[Run], metric: str) -> tuple[list[int], list[float | None], list[float | None], list[float | None]]:
-    """(steps, mean, min, max) of ``metric`` over ``runs`` at every step any of them logged it; at each step
-    only the runs with a finite value count (None where none has one)."""
+def averaged_runs(runs: list[Run]) -> list[Run]:
+    """The runs a variant's mean curve is over: every run that logged a metric or diverged (a run that
+    stopped before training has no curve; it is listed in the table)."""
+    return [r for r in runs if r.series or r.diverged]
+
+
+def mean_band(runs: list[Run], metric: str) -> tuple[list[int], Values, Values, Values, list[int]]:
+    """(steps, mean, min, max, n) of ``metric`` over ``runs`` at every step any of them logged it. ``n`` counts
+    the runs with a finite value at that step; mean, min and max are None wherever ``n < len(runs)``, so a
+    diverged or stopped seed ends the mean instead of leaving it to the survivors."""
     by_step: dict[int, list[float]] = {}
     for run in runs:
         for step, value in run.series.get(metric, []):
@@ -349,8 +391,9 @@ def mean_band(runs: list[Run], metric: str) -> tuple[list[int], list[float | Non
             if value is not None:
                 by_step[step].append(value)
     steps = sorted(by_step)
-    stats = [(float(np.mean(v)), min(v), max(v)) if v else (None, None, None) for v in (by_step[s] for s in steps)]
-    return steps, [s[0] for s in stats], [s[1] for s in stats], [s[2] for s in stats]
+    complete = [by_step[s] if len(by_step[s]) == len(runs) else [] for s in steps]
+    stats = [(float(np.mean(v)), min(v), max(v)) if v else (None, None, None) for v in complete]
+    return steps, [s[0] for s in stats], [s[1] for s in stats], [s[2] for s in stats], [len(by_step[s]) for s in steps]
 
 
 def pick_steps(steps: Iterable[int], n: int) -> list[int]:
@@ -363,8 +406,9 @@ def pick_steps(steps: Iterable[int], n: int) -> list[int]:
 
 def profile_lines(variant: Variant, attr: str, n_steps: int) -> Iterator[Line]:
     """One line per chosen telemetry step of ``variant``: value vs depth, the mean over the runs recorded
-    at that step. ``attr`` is ``rms`` or ``grad`` (see :class:`Run`)."""
-    records = [getattr(r, attr) for r in variant.runs]
+    at that step; its name ends in ``(n = k of N)`` when only k of the variant's N averaged runs were.
+    ``attr`` is ``rms`` or ``grad`` (see :class:`Run`)."""
+    records = [getattr(r, attr) for r in averaged_runs(variant.runs)]
     chosen = pick_steps((s for rec in records for s in rec), min(n_steps, len(DASHES)))
     for j, step in enumerate(chosen):
         per_depth: dict[int, list[float]] = {}
@@ -373,25 +417,51 @@ def profile_lines(variant: Variant, attr: str, n_steps: int) -> Iterator[Line]:
                 per_depth.setdefault(depth, []).append(value)
         depths = sorted(per_depth)
         dash = DASHES[len(DASHES) - len(chosen) + j]  # the last step solid, earlier ones dashed
-        yield Line(f"{variant.label} @ step {step}", variant.label, "profile", depths,
+        k = sum(step in rec for rec in records)
+        count = f" (n = {k} of {len(records)})" if k < len(records) else ""
+        yield Line(f"{variant.label} @ step {step}{count}", variant.label, "profile", depths,
                    [float(np.mean(per_depth[d])) for d in depths], dash=dash)  # fmt: skip
 
 
+def mean_line(variant: Variant, metric: str, scale: float) -> Line:
+    """The variant's mean curve with its min-max band (see :func:`mean_band`); each point's hover says ``n = k of N``."""
+    runs = averaged_runs(variant.runs)
+    steps, mean, lo, hi, n = mean_band(runs, metric)
+    left_out = len(variant.runs) - len(runs)
+    name = f"{variant.label} (mean of {len(runs)}" + (f"; {left_out} logged nothing)" if left_out else ")")
+    return Line(name, variant.label, "mean", steps, _scaled(mean, scale), _scaled(lo, scale), _scaled(hi, scale),
+                hover=[f"n = {k} of {len(runs)}" for k in n])  # fmt: skip
+
+
+def divergence_marks(variant: Variant, metric: str, scale: float) -> Iterator[Line]:
+    """A one-point ``diverged`` line per diverged run of ``variant``: its last finite value of ``metric`` at or
+    before the divergence step (none when it has no such value)."""
+    for run in variant.runs:
+        if not run.diverged:
+            continue
+        at = run.diverged_at
+        points = [(s, v) for s, v in run.series.get(metric, []) if v is not None and (at is None or s <= at)]
+        if points:
+            step, value = points[-1]
+            text = f"{run.label}: diverged at step {at if at is not None else '?'}"
+            yield Line(text, variant.label, "diverged", [step], [value * scale], hover=[text])
+
+
+def _scaled(values: Values, scale: float) -> Values:
+    return [None if v is None else v * scale for v in values]
+
+
 def curve_panel(variants: list[Variant], key: str, metric: str, title: str, ylabel: str, scale: float = 1.0) -> Panel:
-    """Metric vs step: one thin line per run (every run, even one with no values) and per variant the
-    mean over its runs with a min-max band. Values are multiplied by ``scale``."""
-
-    def scaled(values: list[float | None]) -> list[float | None]:
-        return [None if v is None else v * scale for v in values]
-
+    """Metric vs step: one thin line per run (every run, even one with no values), per variant the mean over
+    its runs with a min-max band (:func:`mean_line`), and a marker where each diverged run stopped.
+    Values are multiplied by ``scale``."""
     lines = []
     for variant in variants:
         for run in variant.runs:
             points = run.series.get(metric, [])
-            lines.append(Line(run.label, variant.label, "run", [s for s, _ in points], scaled([v for _, v in points])))
-        steps, mean, lo, hi = mean_band(variant.runs, metric)
-        lines.append(Line(f"{variant.label} (mean of {len(variant.runs)})", variant.label, "mean", steps, scaled(mean),
-                          scaled(lo), scaled(hi)))  # fmt: skip
+            lines.append(Line(run.label, variant.label, "run", [s for s, _ in points], _scaled([v for _, v in points], scale)))
+        lines.append(mean_line(variant, metric, scale))
+        lines.extend(divergence_marks(variant, metric, scale))
     has_data = any(v is not None for line in lines for v in line.y)
     return Panel(key, title, "training step", ylabel, lines, note="" if has_data else f"no run logged {metric}")
 

@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from scripts import report
-from scripts.report_data import group_variants, load_run, load_runs
+from scripts.report_data import build_panels, group_variants, load_run, load_runs
 
 STEPS = list(range(10, 101, 10))  # logging steps
 EVAL_STEPS = [50, 100]
@@ -90,6 +90,10 @@ def write_run(path: Path, cfg: dict, rows: list[dict] | None, status: dict | Non
     return path
 
 
+# status.json's error for a diverged run, worded as train.py's NonFiniteLossError
+DIVERGED_ERROR = "NonFiniteLossError: non-finite training loss at step {}; last finite checkpoint: none written yet"
+
+
 def finished(test_per: float, wall_s: float = 125.0) -> dict:
     return {"state": "finished", "step": 100, "max_steps": 100, "wall_s": wall_s, "tokens_per_s": 2000.0, "error": None,
             "test": {"test/per": test_per, "test/wer": test_per * 2}}  # fmt: skip
@@ -113,7 +117,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for label, (cfg, offset, per) in RUNS.items():
         write_run(root / label, cfg, metric_rows(offset, cfg["seed"], per), finished(per))
     diverged = {"state": "diverged", "step": 40, "max_steps": 100, "wall_s": 30.0, "tokens_per_s": None,
-                "error": "non-finite loss at step 31", "test": None}  # fmt: skip
+                "error": DIVERGED_ERROR.format(31), "test": None}  # fmt: skip
     write_run(root / "lr=1.0,seed=0", config("pre", "layernorm", 0, lr=1.0), metric_rows(1.0, 0, None, diverge_at=40), diverged)
     write_run(root / "norm=post_rms,seed=2", config("post", "rmsnorm", 2), metric_rows(2.2, 2, 0.3)[:8], None, truncate=True)
     write_run(root / "norm=post_rms,seed=3", config("post", "rmsnorm", 3), None, None)
@@ -190,7 +194,8 @@ def test_one_trace_per_run_in_each_curve_panel(built: tuple[Path, str]) -> None:
     for key in ("plot-loss", "plot-val_loss", "plot-val_per"):
         names = [t["name"] for t in figs[key] if t["meta"]["role"] == "run"]
         assert sorted(names) == sorted(ALL_LABELS), key  # each run exactly once
-        assert sum(t["meta"]["role"] == "mean" for t in figs[key]) == 3  # one mean per variant
+        means = {t["meta"]["variant"]: t["name"] for t in figs[key] if t["meta"]["role"] == "mean"}  # one per variant
+        assert means[VARIANT_B] == f"{VARIANT_B} (mean of 3; 1 logged nothing)" and len(means) == 3
 
 
 def test_panel_titles_and_offline_page(built: tuple[Path, str]) -> None:
@@ -226,7 +231,9 @@ def test_depth_profiles(built: tuple[Path, str]) -> None:
     assert last["x"] == [0, 1, 2, 3]
     np.testing.assert_allclose(last["y"], [np.mean([rms(1.0, 0, 100, d), rms(1.2, 1, 100, d)]) for d in range(4)])
     grads = figures(built[1])["plot-grad_vs_depth"]
-    assert sorted(t["name"] for t in grads if t["meta"]["variant"] == VARIANT_B) == [f"{VARIANT_B} @ step {s}" for s in (1, 100)]
+    # the crashed seed 2 recorded step 1 but not step 100: that profile says it is over 2 of the 3 runs with metrics
+    want = [f"{VARIANT_B} @ step 1", f"{VARIANT_B} @ step 100 (n = 2 of 3)"]
+    assert sorted(t["name"] for t in grads if t["meta"]["variant"] == VARIANT_B) == want
 
 
 def test_run_table(built: tuple[Path, str]) -> None:
@@ -236,11 +243,13 @@ def test_run_table(built: tuple[Path, str]) -> None:
     assert rows["norm=pre_ln,seed=0"]["state"][1] == "finished" and rows["norm=pre_ln,seed=0"]["diverged"][1] == "no"
     assert rows["norm=pre_ln,seed=0"]["wall_s"][1] == "2 min 05 s"
     diverged = rows["lr=1.0,seed=0"]
-    assert diverged["diverged"][1] == "yes" and diverged["state"][1] == "diverged" and classes["lr=1.0,seed=0"] == "diverged"
+    assert diverged["diverged"][1] == "yes (step 31)" and diverged["state"][1] == "diverged"
+    assert classes["lr=1.0,seed=0"] == "diverged"
     assert diverged["test/per"][1] == "—"
     crashed = rows["norm=post_rms,seed=2"]
     assert crashed["state"][1] == "unknown" and crashed["diverged"][1] == "no" and classes["norm=post_rms,seed=2"] == "unknown"
     assert "1 unparsable line" in crashed["notes"][1] and "no status.json" in crashed["notes"][1]
+    assert crashed["tokens_per_s"][1] == "1,002"  # no status.json: the median of the logged perf/tokens_per_s
     assert crashed["step"][1] == "60 / 100"  # from metrics.jsonl: rows 1, 10, ..., 60; the one for 70 was cut
     assert "no metrics logged" in rows["norm=post_rms,seed=3"]["notes"][1]
 
@@ -249,14 +258,109 @@ def test_variant_table(built: tuple[Path, str]) -> None:
     rows, _ = table(built[1], "data-variant")
     assert set(rows) == {VARIANT_A, VARIANT_B, VARIANT_LR}
     assert float(rows[VARIANT_A]["test/per"][0]) == pytest.approx((0.1234 + 0.1432) / 2)
-    assert rows[VARIANT_A]["runs"][1] == "2" and rows[VARIANT_B]["runs"][1] == "4"
-    assert rows[VARIANT_LR]["diverged"][1] == "1" and rows[VARIANT_B]["diverged"][1] == "0"
+    assert rows[VARIANT_A]["finished"][1] == "2 of 2" and rows[VARIANT_B]["finished"][1] == "2 of 4"
+    assert rows[VARIANT_LR]["diverged"][1] == "1 of 1" and rows[VARIANT_B]["diverged"][1] == "0 of 4"
     assert float(rows[VARIANT_B]["test/per"][0]) == pytest.approx((0.2 + 0.25) / 2)  # crashed runs have no test PER
+
+
+def test_variant_table_gives_mean_stderr_n(built: tuple[Path, str]) -> None:
+    rows, _ = table(built[1], "data-variant")
+    # PER 12.34 and 14.32: mean 13.33, sample std 1.40, stderr = std / sqrt(2) = 0.99
+    assert rows[VARIANT_A]["test/per"][1] == "13.33 ± 0.99 (n = 2)"
+    assert rows[VARIANT_A]["wall_s"][1] == "2 min 05 s ± 0.0 s (n = 2)"
+    assert rows[VARIANT_A]["tokens_per_s"][1] == "2,000 ± 0 (n = 2)"
+    assert rows[VARIANT_LR]["test/per"][1] == "— (n = 0)" and rows[VARIANT_LR]["best_val_loss"][1] == "— (n = 0)"
+    assert "<th>PER (%): mean ± stderr (n)</th>" in built[1] and "<th>best valid loss: mean ± stderr (n)</th>" in built[1]
+
+
+VARIANT_D = "optim.lr=0.01 trainer.max_steps=100"  # 3 seeds, 2 diverge
+VARIANT_S = "optim.lr=0.002 trainer.max_steps=20"  # 2 seeds, 20 steps, one validation
+
+
+@pytest.fixture(scope="module")
+def hard(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    """A report of two variants. D: seed 0 finishes, seeds 1 and 2 diverge at steps 31 and 61 (their
+    metrics.jsonl stops at the last logging step before, as train.py's does). S: two runs of 20 steps
+    that were evaluated once (one point per validation curve)."""
+    root = tmp_path_factory.mktemp("hard")
+    for seed, diverge_at in ((0, None), (1, 31), (2, 61)):
+        rows = metric_rows(1.0, seed, 0.2 + seed / 100)
+        if diverge_at is None:
+            status = finished(0.2)
+        else:
+            rows = [r for r in rows if r["step"] < diverge_at and not any(k.startswith("test/") for k in r)]
+            status = {"state": "diverged", "step": 0, "max_steps": 100, "error": DIVERGED_ERROR.format(diverge_at), "test": None}
+        write_run(root / f"d{seed}", config("pre", "layernorm", seed, lr=0.01), rows, status)
+    for seed in (0, 1):
+        rows = [{"step": 10, "train/loss": 3.0 + seed}, {"step": 20, "train/loss": 2.5 + seed},
+                {"step": 20, "val/loss": 2.7 + seed, "val/per": 0.6 + seed / 10}, {"step": 20, "test/per": 0.6}]  # fmt: skip
+        status = {**finished(0.6), "step": 20, "max_steps": 20}
+        write_run(root / f"s{seed}", config("pre", "layernorm", seed, **{"trainer.max_steps": 20}), rows, status)
+    path = report.build_report([root], tmp_path_factory.mktemp("hard_report"))
+    return path, path.read_text(encoding="utf-8"), root
+
+
+def traces_of(page: str, plot: str, variant: str, role: str) -> list[dict]:
+    return [t for t in figures(page)[plot] if t["meta"]["variant"] == variant and t["meta"]["role"] == role]
+
+
+def test_mean_is_drawn_only_where_every_seed_has_a_value(hard: tuple[Path, str]) -> None:
+    (mean,) = traces_of(hard[1], "plot-loss", VARIANT_D, "mean")
+    assert mean["name"] == f"{VARIANT_D} (mean of 3)" and mean["x"] == STEPS
+    assert mean["y"][:3] == pytest.approx([np.mean([loss(1.0, seed, s) for seed in range(3)]) for s in (10, 20, 30)])
+    assert mean["y"][3:] == [None] * 7  # not the survivors' mean after seed 1 diverged
+    assert mean["hovertext"] == ["n = 3 of 3"] * 3 + ["n = 2 of 3"] * 3 + ["n = 1 of 3"] * 4
+    for band in traces_of(hard[1], "plot-loss", VARIANT_D, "band"):
+        assert band["y"][3:] == [None] * 7
+    # validation at 50 (seeds 0, 2) and 100 (seed 0): never all three, so no mean at all
+    assert traces_of(hard[1], "plot-val_loss", VARIANT_D, "mean")[0]["y"] == [None, None]
+
+
+def test_each_diverged_run_is_marked_at_its_last_finite_value(hard: tuple[Path, str]) -> None:
+    marks = traces_of(hard[1], "plot-loss", VARIANT_D, "diverged")
+    got = sorted((t["x"], t["y"], t["hovertext"], t["marker"]["symbol"]) for t in marks)
+    assert got == [([30], [pytest.approx(loss(1.0, 1, 30))], ["d1: diverged at step 31"], "x"),
+                   ([60], [pytest.approx(loss(1.0, 2, 60))], ["d2: diverged at step 61"], "x")]  # fmt: skip
+    (val_mark,) = traces_of(hard[1], "plot-val_loss", VARIANT_D, "diverged")  # seed 1 diverged before any validation
+    assert (val_mark["x"], val_mark["y"]) == ([50], [pytest.approx(loss(1.0, 2, 50) + 0.2)])
+    runs, classes = table(hard[1], "data-run")
+    assert runs["d2"]["diverged"][1] == "yes (step 61)" and classes["d2"] == "diverged"
+
+
+def test_variant_table_counts_diverged_and_averages_finished_runs_only(hard: tuple[Path, str]) -> None:
+    row = table(hard[1], "data-variant")[0][VARIANT_D]
+    assert row["diverged"] == ("2", "2 of 3") and row["finished"] == ("1", "1 of 3")
+    best = loss(1.0, 0, 100) + 0.2  # seed 0's; seed 2's lower pre-divergence value at step 50 is left out
+    assert float(row["best_val_loss"][0]) == pytest.approx(best) and row["best_val_loss"][1] == f"{best:.3f} (n = 1)"
+    assert row["test/per"][1] == "20.00 (n = 1)"
+
+
+def test_a_lone_point_is_drawn_with_a_marker(hard: tuple[Path, str]) -> None:
+    for plot in ("plot-val_loss", "plot-val_per"):
+        lone = traces_of(hard[1], plot, VARIANT_S, "run") + traces_of(hard[1], plot, VARIANT_S, "mean")
+        assert len(lone) == 3 and all(t["mode"] == "lines+markers" and t["marker"]["size"] == [7] for t in lone), plot
+    assert {t["mode"] for t in traces_of(hard[1], "plot-loss", VARIANT_S, "run")} == {"lines"}  # two points: a line
+    (mean,) = traces_of(hard[1], "plot-val_per", VARIANT_S, "mean")
+    assert mean["y"] == [pytest.approx(65.0)] and mean["hovertext"] == ["n = 2 of 2"]  # PER in %
+    # the PNG: matplotlib marks the same lone points (S: 2 runs + mean; D: seed 2's one validation) and the divergence
+    variants = group_variants(load_runs([hard[2]]))
+    val_loss = next(p for p in build_panels(variants, "g2p") if p.key == "val_loss")
+    fig = report.panel_figure(val_loss, report.variant_colors(variants))
+    marked = sorted((line.get_marker(), str(line.get_markevery())) for line in fig.axes[0].lines if line.get_marker() != "None")
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    report.plt.close(fig)
+    assert marked == [("o", "[0]")] * 4 + [("x", "None")]
+    assert labels.count(report.DIVERGED_LABEL) == 1
 
 
 def test_status_missing_null_loss_means_diverged(tmp_path: Path) -> None:
     run = load_run(write_run(tmp_path / "r", config("pre", "layernorm", 0), metric_rows(1.0, 0, None, diverge_at=20), None), "r")
-    assert run.diverged and run.status_state == "unknown"
+    assert run.diverged and run.status_state == "unknown" and run.diverged_at == 20 and not run.finished
+
+
+def test_a_run_without_status_json_counts_as_finished_at_max_steps(tmp_path: Path) -> None:
+    run = load_run(write_run(tmp_path / "r", config("pre", "layernorm", 0), metric_rows(1.0, 0, 0.1), None), "r")
+    assert run.status_state == "unknown" and run.last_step == run.max_steps == 100 and run.finished
 
 
 def test_single_run_dir_is_labelled_by_norm(sweep: Path, tmp_path: Path) -> None:
@@ -301,13 +405,13 @@ def chromium() -> str | None:
     return next((p for name in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(name))), None)
 
 
-@pytest.mark.browser
-def test_page_draws_in_headless_chromium(built: tuple[Path, str], tmp_path: Path) -> None:
+def draw_in_chromium(page: Path, profile: Path) -> str:
+    """The DOM of ``page`` once headless Chromium has run its scripts; fails on a JavaScript error or an undrawn chart."""
     binary = chromium()
     if binary is None:
         pytest.skip("chromium not found: apt-get install chromium")
     cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", built[0].as_uri()]  # fmt: skip
+           f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     html_tag = re.search(r"<html[^>]*>", done.stdout).group(0)
@@ -315,3 +419,19 @@ def test_page_draws_in_headless_chromium(built: tuple[Path, str], tmp_path: Path
     assert "data-js-errors" not in html_tag, html_tag
     assert "Uncaught" not in done.stderr, [line for line in done.stderr.splitlines() if "Uncaught" in line]
     assert 'data-plots-expected="5"' in body_tag and 'data-plots-drawn="5"' in body_tag, body_tag
+    return done.stdout
+
+
+@pytest.mark.browser
+def test_page_draws_in_headless_chromium(built: tuple[Path, str], tmp_path: Path) -> None:
+    draw_in_chromium(built[0], tmp_path / "profile")
+
+
+@pytest.mark.browser
+def test_lone_points_and_divergence_marks_are_drawn_in_chromium(hard: tuple[Path, str, Path], tmp_path: Path) -> None:
+    dom = draw_in_chromium(hard[0], tmp_path / "profile")
+    starts = [(m.group(1), m.start()) for m in re.finditer(r'<div id="plot-(\w+)"', dom)]
+    charts = {key: dom[a:b] for (key, a), (_, b) in zip(starts, [*starts[1:], ("", len(dom))], strict=True)}
+    # SVG markers plotly drew: loss, the 2 divergence x's; each validation chart, S's 2 runs + mean, seed 2's lone point + x
+    drawn = {k: charts[k].count('<path class="point"') for k in ("loss", "val_loss", "val_per")}
+    assert drawn == {"loss": 2, "val_loss": 5, "val_per": 5}
