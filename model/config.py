@@ -53,7 +53,12 @@ class ModelConfig:
         n_heads: attention heads; head size is d_model // n_heads.
         d_ff: hidden width of the position-wise FFN.
         n_enc_layers, n_dec_layers: layers in each stack (>= 1).
-        dropout: dropout probability on embeddings, attention weights and branch outputs.
+        dropout: dropout probability on embeddings and branch outputs, and on attention weights and
+            FFN activations where ``attn_dropout`` / ``act_dropout`` are None.
+        attn_dropout: dropout probability on the attention weights (fairseq's ``attention_dropout``);
+            None: ``dropout``.
+        act_dropout: dropout probability on the FFN's ReLU activations (fairseq's
+            ``activation_dropout``); None: ``dropout``.
         max_len: longest src or tgt sequence (tokens) the position table covers.
         positions: ``sinusoidal`` (Vaswani et al. sec. 3.5) or ``learned``.
         tie_embeddings: tie the output projection to the target embedding.
@@ -75,6 +80,8 @@ class ModelConfig:
     n_enc_layers: int = 3
     n_dec_layers: int = 3
     dropout: float = 0.1
+    attn_dropout: float | None = None
+    act_dropout: float | None = None
     max_len: int = 64
     positions: str = "sinusoidal"
     tie_embeddings: bool = True
@@ -93,10 +100,24 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        for name in ("attn_dropout", "act_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"model.{name} must be null (= model.dropout) or in [0, 1), got {value!r}")
         if self.share_embeddings and self.src_vocab != self.tgt_vocab:
             raise ValueError(f"share_embeddings needs one vocabulary, got src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}")
         if self.positions not in POSITIONS:
             raise ValueError(f"unknown model.positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
+
+    @property
+    def attn_dropout_p(self) -> float:
+        """The dropout probability on attention weights: ``attn_dropout``, else ``dropout``."""
+        return self.dropout if self.attn_dropout is None else self.attn_dropout
+
+    @property
+    def act_dropout_p(self) -> float:
+        """The dropout probability on FFN activations: ``act_dropout``, else ``dropout``."""
+        return self.dropout if self.act_dropout is None else self.act_dropout
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python form, for checkpoints and logs."""

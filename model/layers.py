@@ -19,7 +19,8 @@ def residual_alpha(cfg: ModelConfig, stack: str) -> float:
 
 
 class FeedForward(nn.Module):
-    """Position-wise FFN ``linear2(dropout(relu(linear1(x))))`` (Vaswani et al. 2017, eq. 2).
+    """Position-wise FFN ``linear2(dropout(relu(linear1(x))))`` (Vaswani et al. 2017, eq. 2), the
+    dropout being ``cfg.act_dropout_p``.
 
     Shapes: (B, T, D) -> (B, T, F) -> (B, T, D).
     """
@@ -27,7 +28,7 @@ class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.linear1 = nn.Linear(cfg.d_model, cfg.d_ff)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = nn.Dropout(cfg.act_dropout_p)
         self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -39,7 +40,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p)
         alpha = residual_alpha(cfg, "enc")
         self.self_attn = Residual(attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)
         self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout, alpha)
@@ -59,8 +60,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, causal=True)
-        cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=True)
+        cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p)
         alpha = residual_alpha(cfg, "dec")
         self.self_attn = Residual(self_attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)
         self.cross_attn = Residual(cross_attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)

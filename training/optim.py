@@ -1,12 +1,17 @@
 """AdamW and a linear-warmup-then-decay learning rate, from torch's own schedulers."""
 
+import math
 import warnings
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
+from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, LRScheduler, SequentialLR
 
-DECAYS = ("linear", "cosine", "constant")
+DECAYS = ("linear", "cosine", "constant", "inverse_sqrt")
+INVERSE_SQRT_NEEDS_WARMUP = (
+    "schedule.decay=inverse_sqrt needs schedule.warmup_steps >= 1, got 0 (it decays as lr * sqrt(warmup_steps / step)); "
+    "for a run without warmup use schedule.decay=linear, cosine or constant"
+)
 
 
 def build_optimizer(
@@ -27,8 +32,16 @@ def build_optimizer(
 def build_scheduler(
     opt: torch.optim.Optimizer, peak_lr: float, warmup_steps: int, max_steps: int, decay: str, start_step: int = 0
 ) -> LRScheduler:
-    """Linear warmup from ~0 to ``peak_lr`` over ``warmup_steps``, then ``decay`` to 0 at ``max_steps``,
-    advanced to ``start_step``.
+    """Linear warmup from ~0 to ``peak_lr`` over ``warmup_steps``, then ``decay``, advanced to ``start_step``.
+
+    The lr of the update after ``s`` updates (``s`` = 0, 1, ...), with W = ``warmup_steps``:
+
+    - warmup, ``s < W``: ``peak_lr * (1/W + (1 - 1/W) * s/W)`` (torch's ``LinearLR``);
+    - ``linear`` / ``cosine``: to 0 at ``max_steps``; ``constant``: ``peak_lr``;
+    - ``inverse_sqrt``: ``peak_lr * sqrt(W / s)``, whatever ``max_steps`` is: fairseq's
+      ``inverse_sqrt`` scheduler (fairseq/optim/lr_scheduler/inverse_square_root_schedule.py),
+      the shape of Vaswani et al. 2017, eq. 3. fairseq warms up from ``warmup_init_lr`` (0 by
+      default): ``peak_lr * s/W``, at most ``peak_lr / W`` below the warmup here.
 
     The schedule is a function of (these settings, step) and is never loaded from a checkpoint:
     a resumed run replays it to its step, so it gets the same learning rates as an
@@ -36,12 +49,15 @@ def build_scheduler(
     longer than the run is cut at ``max_steps`` (short smoke runs keep the preset's warmup).
 
     Raises:
-        ValueError: unknown decay (valid: linear, cosine, constant) or a negative warmup_steps.
+        ValueError: unknown decay (valid: linear, cosine, constant, inverse_sqrt), a negative
+            warmup_steps, or ``inverse_sqrt`` with warmup_steps 0 (its decay is relative to W).
     """
     if decay not in DECAYS:
         raise ValueError(f"unknown schedule.decay {decay!r}; valid: {', '.join(DECAYS)}")
     if warmup_steps < 0:
         raise ValueError(f"schedule.warmup_steps must be >= 0, got {warmup_steps}")
+    if decay == "inverse_sqrt" and warmup_steps == 0:
+        raise ValueError(INVERSE_SQRT_NEEDS_WARMUP)
     for group in opt.param_groups:  # start from the configured peak, not a loaded optimizer's lr
         group["lr"] = peak_lr
         group.pop("initial_lr", None)
@@ -51,6 +67,8 @@ def build_scheduler(
         "linear": lambda: LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=rest),
         "cosine": lambda: CosineAnnealingLR(opt, T_max=rest),
         "constant": lambda: LinearLR(opt, start_factor=1.0, end_factor=1.0, total_iters=rest),
+        # i counts the steps since the warmup ended: the lr after s = W + i updates.
+        "inverse_sqrt": lambda: LambdaLR(opt, lambda i: math.sqrt(warmup_steps / (warmup_steps + i))),
     }[decay]
     if warmup_steps == 0:
         sched = after()

@@ -1,5 +1,6 @@
 """One optimizer step, shared by train.py and the benchmarks so both time the same work."""
 
+import math
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -23,7 +24,7 @@ def train_step(
     world: int = 1,
     record: bool,
     label_smoothing: float,
-    grad_clip: float,
+    grad_clip: float | None,
     autocast: AbstractContextManager,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward over the micro-batches, clip, AdamW step, schedule step.
@@ -41,6 +42,7 @@ def train_step(
     Args:
         model: the EncoderDecoder, or it wrapped in DistributedDataParallel.
         micro: this rank's micro-batches; src (B, S), tgt_in / tgt_out (B, T).
+        grad_clip: the largest global gradient L2 norm (``torch.nn.utils.clip_grad_norm_``); None: no clipping.
 
     Returns:
         (loss, grad_norm): detached 0-dim device tensors; loss = this rank's share of the step
@@ -65,7 +67,9 @@ def train_step(
         total += loss.detach()
     if record:
         telemetry.record_grad_norms()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    # max_norm=inf scales by 1 (a no-op) and still returns the norm, which is logged either way.
+    max_norm = math.inf if grad_clip is None else grad_clip
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     with telemetry.watch_update() if record else nullcontext():
         opt.step()
     sched.step()

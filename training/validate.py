@@ -7,7 +7,7 @@ import math
 from omegaconf import DictConfig
 
 from training.evaluate import DecodeConfig
-from training.optim import DECAYS
+from training.optim import DECAYS, INVERSE_SQRT_NEEDS_WARMUP
 
 
 def _require(ok: bool, key: str, value: object, valid: str) -> None:
@@ -26,9 +26,9 @@ def check_run_config(cfg: DictConfig) -> None:
         _require(
             value is None or (isinstance(value, int) and value >= 1), f"trainer.{key}", value, "it must be null (all) or >= 1"
         )
-    _require(
-        tc.grad_clip > 0 and math.isfinite(tc.grad_clip), "trainer.grad_clip", tc.grad_clip, "it must be a finite number > 0"
-    )
+    clip = tc.grad_clip
+    _require(clip is None or (clip > 0 and math.isfinite(clip)), "trainer.grad_clip", clip,
+             "it must be null (no clipping) or a finite number > 0")  # fmt: skip
     _require(isinstance(tc.compile, bool), "trainer.compile", tc.compile, "it must be true or false")
     _require(tc.peak_tflops is None or tc.peak_tflops > 0, "trainer.peak_tflops", tc.peak_tflops, "it must be null or > 0")
     resume = cfg.train.resume
@@ -40,5 +40,7 @@ def check_run_config(cfg: DictConfig) -> None:
     _require(cfg.schedule.decay in DECAYS, "schedule.decay", cfg.schedule.decay, f"valid: {', '.join(DECAYS)}")
     _require(isinstance(cfg.schedule.warmup_steps, int) and cfg.schedule.warmup_steps >= 0, "schedule.warmup_steps",
              cfg.schedule.warmup_steps, "it must be an integer >= 0")  # fmt: skip
+    if cfg.schedule.decay == "inverse_sqrt" and cfg.schedule.warmup_steps == 0:
+        raise ValueError(INVERSE_SQRT_NEEDS_WARMUP)
     _require(len(cfg.optim.betas) == 2 and all(0 <= b < 1 for b in cfg.optim.betas), "optim.betas", list(cfg.optim.betas),
              "it must be two numbers in [0, 1)")  # fmt: skip
