@@ -151,7 +151,7 @@ def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
         ("telemetry.every=-1", "telemetry.every must be an integer >= 0, got -1"),
         ("trainer.max_tokens=5", "trainer.max_tokens=5 is smaller than the longest row"),
         ("trainer.grad_accum=0", "trainer.grad_accum=0 is invalid; it must be an integer >= 1"),
-        ("trainer.compile=yes", "trainer.compile='yes' is invalid; it must be true or false"),
+        ("trainer.compile=yes", "trainer.compile='yes' is invalid: expected a boolean (true or false)"),
     ],
 )
 def test_cli_bad_input_stops_with_one_clear_message(override, message, tmp_path):
