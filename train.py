@@ -39,14 +39,11 @@ from training.flops import peak_flops, train_flops
 from training.interrupt import RunInterrupted, StopRequest
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
+from training.schema import validate
 from training.status import DONE, read_status, write_status
 from training.step import train_step
 from training.sweep import in_multirun, parallel_jobs, sweep_group
 from training.tasks import build_task
-from training.validate import check_run_config
-
-DEVICES = ("auto", "cpu", "cuda")
-LOGGERS = ("wandb", "none")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -54,9 +51,8 @@ class NonFiniteLossError(RuntimeError):
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu. Raises ValueError for unknown or unavailable devices."""
-    if name not in DEVICES:
-        raise ValueError(f"unknown trainer.device {name!r}; valid: {', '.join(DEVICES)}")
+    """``auto`` -> cuda when available, else cpu (``name`` is checked by ``training.schema``).
+    Raises ValueError for ``cuda`` on a machine without one."""
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("trainer.device='cuda' but no CUDA device is available; use trainer.device=cpu or auto")
     return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name)
@@ -122,10 +118,8 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
 
 
 def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
+    validate(cfg)
     tc = cfg.trainer
-    check_run_config(cfg)
-    if cfg.logger.name not in LOGGERS:
-        raise ValueError(f"unknown logger {cfg.logger.name!r}; valid: {', '.join(LOGGERS)}")
     device = distributed.local_device(resolve_device(tc.device))
     world = distributed.world_size()
     mcfg = model_config(cfg, src_vocab=1, tgt_vocab=1)  # validates sizes and norm now; vocab sizes come below

@@ -17,7 +17,7 @@ import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -36,6 +36,31 @@ LOCAL_FORMATS = {
 
 
 @dataclass(frozen=True)
+class SplitNames:
+    """The ``data.hub.splits`` keys: the dataset's split read as normlab's train, valid and test."""
+
+    train: str = "train"
+    valid: str = "valid"
+    test: str = "test"
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """The ``data.hub`` keys: ``datasets.load_dataset(path, name, revision=revision, data_dir=data_dir)``
+    and the split names (``splits``, a ``SplitNames`` or a dict of its keys). Empty for ``source=local``."""
+
+    path: str | None = None
+    name: str | None = None
+    revision: str | None = None
+    data_dir: str | None = None
+    splits: SplitNames = field(default_factory=SplitNames)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.splits, dict):
+            object.__setattr__(self, "splits", SplitNames(**self.splits))
+
+
+@dataclass(frozen=True)
 class TranslationDataConfig:
     """The ``data`` config keys of a translation corpus (``conf/data/*.yaml``).
 
@@ -43,7 +68,7 @@ class TranslationDataConfig:
         name: preset name (``multi30k``, ``wmt14_de_en``, ``iwslt2017_de_en``, ``local``).
         source: ``hub`` or ``local``.
         src_lang, tgt_lang: column (flat) or key (nested) of each side, e.g. ``de`` and ``en``.
-        hub: ``path``, ``name``, ``revision``, ``data_dir`` for ``load_dataset`` and ``splits``.
+        hub: a ``HubConfig`` (or a dict of its keys) for ``source=hub``.
         path: the local directory (``source=local``).
         max_len: training pairs with a side longer than this many BPE tokens are dropped (null:
             ``model.max_len - 1``); valid and test are never filtered.
@@ -60,7 +85,7 @@ class TranslationDataConfig:
     source: str
     src_lang: str
     tgt_lang: str
-    hub: dict = field(default_factory=dict)
+    hub: HubConfig = field(default_factory=HubConfig)
     path: str | None = None
     max_len: int | None = None
     max_examples: int | None = None
@@ -69,6 +94,8 @@ class TranslationDataConfig:
     cache_dir: str = "~/.cache/normlab/bpe"
 
     def __post_init__(self) -> None:
+        if isinstance(self.hub, dict):
+            object.__setattr__(self, "hub", HubConfig(**self.hub))
         if self.source not in SOURCES:
             raise ValueError(f"unknown data.source {self.source!r}; valid: {', '.join(SOURCES)}")
         if self.src_lang == self.tgt_lang:
@@ -76,7 +103,7 @@ class TranslationDataConfig:
         if self.source == "local" and not self.path:
             raise ValueError("data=local needs data.path: a save_to_disk directory or a directory of "
                              "train/valid/test .jsonl/.tsv/.csv files")  # fmt: skip
-        if self.source == "hub" and not self.hub.get("path"):
+        if self.source == "hub" and not self.hub.path:
             raise ValueError(f"data={self.name}: data.hub.path is empty; give a Hugging Face dataset id")
         for key in ("max_len", "max_examples"):
             value = getattr(self, key)
@@ -155,18 +182,18 @@ def _load_hub(cfg: TranslationDataConfig) -> dict[str, Dataset]:
     hub = cfg.hub
     try:
         with _offline_if_unreachable():
-            dd = load_dataset(hub["path"], hub.get("name"), revision=hub.get("revision"), data_dir=hub.get("data_dir"))
+            dd = load_dataset(hub.path, hub.name, revision=hub.revision, data_dir=hub.data_dir)
     except (ConnectionError, FileNotFoundError) as e:
         raise FileNotFoundError(
-            f"data={cfg.name}: the Hugging Face dataset {hub['path']!r} is neither reachable nor in the cache "
+            f"data={cfg.name}: the Hugging Face dataset {hub.path!r} is neither reachable nor in the cache "
             f"({type(e).__name__}: {e}). Run once on a machine with network access (the download is cached "
             f"under $HF_HOME, default ~/.cache/huggingface), or train on local files: "
             f"data=local data.path=DIR (train/valid/test .jsonl/.tsv/.csv, or a save_to_disk directory)"
         ) from e
-    splits = hub.get("splits") or {s: s for s in SPLITS}
+    splits = asdict(hub.splits)
     absent = [name for name in splits.values() if name not in dd]
     if absent:
-        raise ValueError(f"data={cfg.name}: {hub['path']!r} has no split {absent}; found {list(dd)}. "
+        raise ValueError(f"data={cfg.name}: {hub.path!r} has no split {absent}; found {list(dd)}. "
                          "Map train/valid/test with data.hub.splits")  # fmt: skip
     return {split: dd[splits[split]] for split in SPLITS}
 

@@ -17,8 +17,8 @@ from model.layers import FeedForward
 from model.telemetry import Telemetry, TelemetryConfig
 from tests.conftest import ROOT, make_cfg
 from training.optim import build_optimizer, build_scheduler
+from training.schema import validate
 from training.step import train_step
-from training.validate import check_run_config
 
 
 def normlab_lr(s: int, peak: float, warmup: int) -> float:
@@ -67,9 +67,9 @@ def test_inverse_sqrt_without_warmup_is_refused_with_the_alternatives():
     with pytest.raises(ValueError, match=message):
         build_scheduler(opt, 1e-3, 0, 100, "inverse_sqrt")
     with pytest.raises(ValueError, match=message + r".*use schedule.decay=linear, cosine or constant"):
-        check_run_config(make_cfg("schedule.decay=inverse_sqrt", "schedule.warmup_steps=0"))
+        validate(make_cfg("schedule.decay=inverse_sqrt", "schedule.warmup_steps=0"))
     with pytest.raises(ValueError, match="valid: linear, cosine, constant, inverse_sqrt"):
-        check_run_config(make_cfg("schedule.decay=exp"))
+        validate(make_cfg("schedule.decay=exp"))
 
 
 def dropout_model(**dropouts: float | None) -> EncoderDecoder:
@@ -143,7 +143,7 @@ def test_a_run_without_grad_clip_trains_and_logs_the_unclipped_norm(tmp_path):
     assert all(r["optim/grad_norm"] == r["optim/grad_norm_clipped"] > 1 for r in rows)  # clip 1.0 would have cut each
     assert rows[-1]["train/loss"] < rows[0]["train/loss"]
     with pytest.raises(ValueError, match=r"trainer.grad_clip=0 is invalid; it must be null \(no clipping\) or a finite"):
-        check_run_config(make_cfg("trainer.grad_clip=0"))
+        validate(make_cfg("trainer.grad_clip=0"))
 
 
 # fairseq's IWSLT'14 De-En command (examples/translation/README.md) and the defaults it leaves:
@@ -169,6 +169,6 @@ def test_the_iwslt_preset_composes_with_the_recipes_values():
         got = cfg[section][name]
         assert (list(got) if key == "optim.betas" else got) == value, key
     assert pre.norm.placement == "pre"  # the norm stays a command-line choice
-    check_run_config(cfg)
+    validate(cfg)
     mcfg = train_module.model_config(cfg, 10000, 10000)
     assert (mcfg.attn_dropout_p, mcfg.act_dropout_p, mcfg.dropout) == (0.0, 0.0, 0.3)

@@ -148,11 +148,11 @@ def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
         ("model.d_modle=64", "Key 'd_modle' is not in struct"),
         ("trainer.eval_every=0", "trainer.eval_every=0 is invalid; it must be an integer >= 1"),
         ("optim.lr=-1", "optim.lr=-1 is invalid; it must be a finite number > 0"),
-        ("schedule.decay=exp", "schedule.decay='exp' is invalid; valid: linear, cosine, constant"),
+        ("schedule.decay=exp", "schedule.decay='exp' is invalid; valid: linear, cosine, constant, inverse_sqrt"),
         ("telemetry.every=-1", "telemetry.every must be an integer >= 0, got -1"),
         ("trainer.max_tokens=5", "trainer.max_tokens=5 is smaller than the longest row"),
         ("trainer.grad_accum=0", "trainer.grad_accum=0 is invalid; it must be an integer >= 1"),
-        ("trainer.compile=yes", "trainer.compile='yes' is invalid; it must be true or false"),
+        ("trainer.compile=yes", "trainer.compile='yes' is invalid: expected a boolean (true or false)"),
     ],
 )
 def test_cli_bad_input_stops_with_one_clear_message(override, message, tmp_path):

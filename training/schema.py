@@ -1,0 +1,276 @@
+"""The config schema: one typed dataclass per config group, checked once at start-up by ``validate``.
+
+``validate(cfg)`` checks the composed Hydra config before anything reads it: every key is known,
+every value has its field's type, and every value is in range. The first problem stops the run
+with one line naming the key, the value and what is valid, e.g.
+``seed='abc' is invalid: expected an integer`` or
+``trainer.max_step is not a key of trainer; valid keys: device, compile, ...``.
+
+Types are strict, never coerced: Hydra parses ``seed=abc`` and ``data.keep_stress=maybe`` as
+strings and ``logger.project=3`` as an integer, and each of these is an error (a string that
+looks like a number is quoted for Hydra: ``"logger.project='3'"``). An integer is accepted
+where a number (float) is expected.
+
+Groups reuse the dataclasses that consume them: ``NormConfig``, ``TelemetryConfig``,
+``DecodeConfig``, ``TranslationDataConfig``, and ``ModelConfig`` minus the keys set from the data
+and the norm group (``MODEL_KEYS_NOT_IN_CONFIG``). ``data`` has one schema per kind (``cmudict``
+or a translation corpus) and ``logger`` one per ``logger.name``.
+"""
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from data.translation import TranslationDataConfig
+from model.config import ModelConfig, NormConfig
+from model.telemetry import TelemetryConfig
+from training.evaluate import DecodeConfig
+from training.optim import DECAYS, INVERSE_SQRT_NEEDS_WARMUP
+
+DEVICES = ("auto", "cpu", "cuda")
+MODEL_KEYS_NOT_IN_CONFIG = ("src_vocab", "tgt_vocab", "pad_id", "share_embeddings", "norm")
+_NOUNS = {
+    bool: ("a boolean (true or false)", "booleans"),
+    int: ("an integer", "integers"),
+    float: ("a number", "numbers"),
+    str: ("a string", "strings"),
+}
+
+
+def _require(ok: bool, key: str, value: object, valid: str) -> None:
+    if not ok:
+        raise ValueError(f"{key}={value!r} is invalid; {valid}")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The ``trainer`` keys (``conf/trainer/default.yaml`` documents each). ``eval_max_examples``
+    and ``test_max_examples`` default to the older ``*_max_words`` keys by interpolation.
+
+    Raises:
+        ValueError: an unknown device, a count < 1, a grad_clip or peak_tflops <= 0 (null is
+            allowed: no clipping; looked up), label_smoothing outside [0, 1).
+    """
+
+    device: str
+    compile: bool
+    max_steps: int
+    max_tokens: int
+    grad_accum: int
+    grad_clip: float | None
+    label_smoothing: float
+    log_every: int
+    eval_every: int
+    checkpoint_every: int
+    eval_max_words: int | None
+    test_max_words: int | None
+    eval_max_examples: int | None
+    test_max_examples: int | None
+    peak_tflops: float | None
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown trainer.device {self.device!r}; valid: {', '.join(DEVICES)}")
+        for key in ("max_steps", "max_tokens", "grad_accum", "log_every", "eval_every", "checkpoint_every"):
+            _require(getattr(self, key) >= 1, f"trainer.{key}", getattr(self, key), "it must be an integer >= 1")
+        for key in ("eval_max_words", "test_max_words", "eval_max_examples", "test_max_examples"):
+            value = getattr(self, key)
+            _require(value is None or value >= 1, f"trainer.{key}", value, "it must be null (all) or >= 1")
+        clip = self.grad_clip
+        _require(clip is None or (clip > 0 and math.isfinite(clip)), "trainer.grad_clip", clip,
+                 "it must be null (no clipping) or a finite number > 0")  # fmt: skip
+        _require(0 <= self.label_smoothing < 1, "trainer.label_smoothing", self.label_smoothing, "it must be in [0, 1)")
+        _require(self.peak_tflops is None or self.peak_tflops > 0, "trainer.peak_tflops", self.peak_tflops,
+                 "it must be null or > 0")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The ``optim`` keys: AdamW's peak learning rate, betas, eps and decoupled weight decay.
+
+    Raises:
+        ValueError: lr or eps not a finite number > 0, weight_decay < 0, betas outside [0, 1).
+    """
+
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+
+    def __post_init__(self) -> None:
+        _require(self.lr > 0 and math.isfinite(self.lr), "optim.lr", self.lr, "it must be a finite number > 0")
+        _require(self.eps > 0 and math.isfinite(self.eps), "optim.eps", self.eps, "it must be a finite number > 0")
+        _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "it must be >= 0")
+        _require(all(0 <= b < 1 for b in self.betas), "optim.betas", list(self.betas), "it must be two numbers in [0, 1)")
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """The ``schedule`` keys: linear warmup steps, then ``decay`` (one of ``training.optim.DECAYS``).
+
+    Raises:
+        ValueError: an unknown decay, warmup_steps < 0, ``inverse_sqrt`` without warmup.
+    """
+
+    warmup_steps: int
+    decay: str
+
+    def __post_init__(self) -> None:
+        _require(self.decay in DECAYS, "schedule.decay", self.decay, f"valid: {', '.join(DECAYS)}")
+        _require(self.warmup_steps >= 0, "schedule.warmup_steps", self.warmup_steps, "it must be an integer >= 0")
+        if self.decay == "inverse_sqrt" and self.warmup_steps == 0:
+            raise ValueError(INVERSE_SQRT_NEEDS_WARMUP)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The ``train`` keys: ``resume`` is ``auto``, a checkpoint path, or null (start fresh)."""
+
+    resume: str | None
+
+
+@dataclass(frozen=True)
+class CmudictDataConfig:
+    """The ``data`` keys of CMUdict G2P: ``keep_stress`` keeps ARPAbet stress digits."""
+
+    name: str
+    keep_stress: bool
+
+
+@dataclass(frozen=True)
+class WandbLoggerConfig:
+    """The ``logger`` keys of ``logger=wandb``: ``wandb.init``'s project, entity, group (null: default)."""
+
+    name: str
+    project: str
+    entity: str | None
+    group: str | None
+
+
+@dataclass(frozen=True)
+class NoLoggerConfig:
+    """The ``logger`` keys of ``logger=none`` (metrics.jsonl only)."""
+
+    name: str
+
+
+LOGGERS = {"wandb": WandbLoggerConfig, "none": NoLoggerConfig}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The top level of the config; ``model``, ``data`` and ``logger`` are checked by ``validate``
+    against the schema their content selects."""
+
+    seed: int
+    model: dict
+    norm: NormConfig
+    data: dict
+    optim: OptimConfig
+    schedule: ScheduleConfig
+    trainer: TrainerConfig
+    logger: dict
+    telemetry: TelemetryConfig
+    decode: DecodeConfig
+    train: TrainConfig
+
+
+def _describe(tp: Any) -> str:
+    """``tp`` in words: ``an integer or null``, ``a list of 2 numbers``, ..."""
+    args = typing.get_args(tp)
+    if isinstance(tp, types.UnionType):
+        words = " or ".join(_describe(a) for a in args if a is not type(None))
+        return f"{words} or null" if type(None) in args else words
+    if typing.get_origin(tp) in (tuple, list):
+        count = "" if len(args) == 1 or args[-1] is Ellipsis else f"{len(args)} "
+        return f"a list of {count}{_NOUNS[args[0]][1]}"
+    if dataclasses.is_dataclass(tp) or tp is dict:
+        return "a mapping of keys to values"
+    return _NOUNS[tp][0]
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    """Whether ``value`` (plain YAML data) has type ``tp``; a bool is not an integer, an integer is a number."""
+    args = typing.get_args(tp)
+    if isinstance(tp, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if typing.get_origin(tp) in (tuple, list):
+        if not isinstance(value, list):
+            return False
+        if len(args) == 1 or args[-1] is Ellipsis:
+            return all(_matches(v, args[0]) for v in value)
+        return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args, strict=True))
+    if dataclasses.is_dataclass(tp):
+        return isinstance(value, dict)
+    if tp in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if tp is float else tp)
+
+
+def _check_keys(values: dict, schema: type, prefix: str, group: str, skip: tuple[str, ...] = ()) -> None:
+    """Check the keys and types of ``values`` (plain YAML data) against the dataclass ``schema``,
+    recursing into nested dataclass fields. ``prefix`` is prepended to key names in messages
+    (``trainer.``), ``group`` names the schema, ``skip`` lists fields that are not config keys.
+
+    Raises:
+        ValueError: an unknown key (the message lists the valid ones), a missing key that has
+            no default, or a value of the wrong type (the message names the expected type).
+    """
+    fields = [f for f in dataclasses.fields(schema) if f.name not in skip]
+    hints = typing.get_type_hints(schema)
+    valid = [f.name for f in fields]
+    for key in values:
+        if key not in valid:
+            raise ValueError(f"{prefix}{key} is not a key of {group}; valid keys: {', '.join(valid)}")
+    for f in fields:
+        key, tp = prefix + f.name, hints[f.name]
+        if f.name not in values:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"{key} is missing: expected {_describe(tp)}")
+        elif not _matches(values[f.name], tp):
+            raise ValueError(f"{key}={values[f.name]!r} is invalid: expected {_describe(tp)}")
+        elif dataclasses.is_dataclass(tp):
+            _check_keys(values[f.name], tp, key + ".", key)
+
+
+def _variant_schemas(values: dict) -> dict[str, tuple[type, str, tuple[str, ...]]]:
+    """group -> (schema, its name in messages, fields that are not keys) for the groups whose
+    schema depends on their content: model (ModelConfig's sizes), data (by kind), logger (by name).
+
+    Raises:
+        ValueError: an unknown ``logger.name``.
+    """
+    cmudict = values["data"].get("name") == "cmudict"
+    name = values["logger"].get("name")
+    if name not in LOGGERS:
+        raise ValueError(f"unknown logger.name {name!r}; valid: {', '.join(LOGGERS)}")
+    return {
+        "model": (ModelConfig, "model", MODEL_KEYS_NOT_IN_CONFIG),
+        "data": (CmudictDataConfig, "data (cmudict)", ()) if cmudict else (TranslationDataConfig, "data (translation)", ()),
+        "logger": (LOGGERS[name], f"logger={name}", ()),
+    }
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check every key, type and range of the composed run config (interpolations resolved),
+    before any data loads: first keys and types of every group, then each group's dataclass
+    checks its own ranges.
+
+    Raises:
+        ValueError: the first bad key or value, in one line naming it and what is valid.
+    """
+    values = OmegaConf.to_container(cfg, resolve=True)
+    _check_keys(values, RunConfig, "", "the config")
+    variants = _variant_schemas(values)
+    for group, (schema, name, skip) in variants.items():
+        _check_keys(values[group], schema, f"{group}.", name, skip)
+    hints = typing.get_type_hints(RunConfig)
+    for group in (f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])):
+        hints[group](**values[group])
+    variants["data"][0](**values["data"])
+    ModelConfig(src_vocab=1, tgt_vocab=1, norm=NormConfig(**values["norm"]), **values["model"])
