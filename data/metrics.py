@@ -1,9 +1,13 @@
 """Decoding metrics: PER/WER for G2P, sacreBLEU BLEU and chrF for translation.
 
-Scoring follows Bisani & Ney 2008: a hypothesis is scored against the *closest* reference
-pronunciation of its word. PER = sum over words of edit distance to that reference / sum of its
-lengths (phonemes); WER = share of words whose hypothesis matches none of the references
-exactly. Edit distance is Levenshtein over phoneme symbols, from ``rapidfuzz``.
+Scoring follows Bisani & Ney 2008 and their scorer, Sequitur G2P's ``Evaluator`` (``g2p.py
+--test``; ``Evaluation.py`` in github.com/sequitur-g2p/sequitur-g2p): a hypothesis is scored
+against the *closest* reference pronunciation of its word, the one with the fewest errors;
+among equally close references, the one that sorts first (Python order of its tuple of phoneme
+symbols), since Sequitur sorts (errors, reference, alignment) and takes the first. PER = sum
+over words of edit distance to that reference / sum of its lengths (phonemes); WER = share of
+words whose hypothesis matches none of the references exactly. Edit distance is Levenshtein
+over phoneme symbols (unit costs, as Sequitur's ``align``), from ``rapidfuzz``.
 
 Translation is scored on detokenized text with ``sacrebleu``'s defaults (Post 2018): corpus
 BLEU (Papineni et al. 2002) with its 13a tokenizer, mixed case, exponential smoothing, and chrF
@@ -17,7 +21,11 @@ from rapidfuzz.distance import Levenshtein
 
 
 def per_wer(hyps: Sequence[Sequence[str]], refs: Sequence[Sequence[Sequence[str]]]) -> tuple[float, float]:
-    """PER and WER, both as fractions in [0, inf) and [0, 1].
+    """PER and WER, both as fractions in [0, inf) and [0, 1], against each word's closest reference.
+
+    Among equally close references the one that sorts first counts (Sequitur G2P's rule, see the
+    module docstring): a hypothesis "D AO G Z" against "D AO G" and "D AA G Z" (1 edit each)
+    counts 1 error in 4 phonemes, whatever order the references come in.
 
     Args:
         hyps: one phoneme sequence per word.
@@ -34,9 +42,10 @@ def per_wer(hyps: Sequence[Sequence[str]], refs: Sequence[Sequence[Sequence[str]
     for hyp, word_refs in zip(hyps, refs, strict=True):
         if not word_refs:
             raise ValueError("a word has no reference pronunciation")
-        dist, ref = min((Levenshtein.distance(hyp, r), len(r)) for r in word_refs)
+        # The tie-break on the reference itself (not its length) is Sequitur's: see the module docstring.
+        dist, ref = min((Levenshtein.distance(hyp, r), tuple(r)) for r in word_refs)
         edits += dist
-        ref_len += ref
+        ref_len += len(ref)
         wrong += dist > 0
     return edits / ref_len, wrong / len(hyps)
 

@@ -110,13 +110,25 @@ def test_empty_split_is_an_error():
 def test_per_wer_hand_made_cases():
     hyps = [["K", "AE", "T"], ["D", "AO", "G"], ["F", "IH", "SH"]]
     refs = [[["K", "AE", "T"]], [["D", "AA", "G"], ["D", "AO", "G", "Z"]], [["F", "IH", "SH", "IH", "Z"]]]
-    # cat: 0/3; dog: closest ref "D AO G Z" or "D AA G", both 1 edit, shorter (3) wins; fish: 2 deletions / 5.
+    # cat: 0/3; dog: closest ref "D AO G Z" or "D AA G", both 1 edit, "D AA G" sorts first (3); fish: 2 deletions / 5.
     per, wer = per_wer(hyps, refs)
     assert per == pytest.approx(3 / 11)
     assert wer == pytest.approx(2 / 3)
     assert per_wer([["A"]], [[["A"]]]) == (0.0, 0.0)
     with pytest.raises(ValueError, match="no words"):
         per_wer([], [])
+
+
+def test_per_ties_go_to_the_reference_that_sorts_first_as_in_sequitur():
+    # Sequitur G2P's Evaluator sorts (errors, reference, alignment) and scores the first: among
+    # equally close references the one that sorts first counts, whether longer or shorter.
+    hyps = [["D", "AO", "G", "Z"], ["B", "AA", "Z"]]
+    refs = [[["D", "AO", "G"], ["D", "AA", "G", "Z"]],  # 1 edit each; "D AA G Z" sorts first: the longer (4)
+            [["B", "IY", "Z"], ["B", "AA"]]]  # 1 edit each; "B AA" sorts first: the shorter (2)  # fmt: skip
+    per, wer = per_wer(hyps, refs)
+    assert per == pytest.approx(2 / 6)  # shortest-first: 2/5; longest-first or lowest error rate: 2/7
+    assert wer == 1.0
+    assert per_wer(hyps, [r[::-1] for r in refs]) == (per, wer)  # the order references come in does not matter
 
 
 def test_an_empty_cmudict_split_is_an_error(monkeypatch):

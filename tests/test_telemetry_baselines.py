@@ -1,0 +1,217 @@
+"""Every telemetry statistic on Gaussian input equals the baseline docs/telemetry.md states for it,
+measured through the real hooks (Telemetry.watch, record_grad_norms, watch_update)."""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from model import EncoderDecoder, ModelConfig, NormConfig
+from model.telemetry import Telemetry, TelemetryConfig
+from training.optim import build_optimizer
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "telemetry.md"
+GAMMA = 0.5772156649015329  # Euler-Mascheroni constant: the mean of a standard Gumbel variable
+
+
+def doc_table(first_header: str) -> list[list[str]]:
+    """The cells of the docs table whose header row starts with ``first_header``."""
+    lines = DOC.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def max_abs_moments(n: int, h: float = 1e-3, upper: float = 10.0) -> tuple[float, float]:
+    """Mean and sd of max |z| over n i.i.d. N(0, 1): E[M^k] = int_0^inf k t^(k-1) (1 - erf(t/sqrt 2)^n) dt,
+    by Simpson's rule (the integrand is ~1e-22 beyond t = 10 for n <= 1e7)."""
+    m = int(upper / h)
+    e1 = e2 = 0.0
+    for i in range(m + 1):
+        t = i * h
+        tail = 1.0 - math.exp(n * math.log1p(-math.erfc(t / math.sqrt(2)))) if t else 1.0
+        w = 1 if i in (0, m) else 4 if i % 2 else 2
+        e1 += w * tail
+        e2 += w * 2 * t * tail
+    e1, e2 = e1 * h / 3, e2 * h / 3
+    return e1, math.sqrt(e2 - e1 * e1)
+
+
+def make(d: int, heads: int = 1, d_ff: int = 8, seed: int = 0, max_len: int = 64) -> EncoderDecoder:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(src_vocab=30, tgt_vocab=30, d_model=d, n_heads=heads, d_ff=d_ff, n_enc_layers=1, n_dec_layers=1,
+                      max_len=max_len, dropout=0.0, norm=NormConfig(kind="layernorm", placement="pre"))  # fmt: skip
+    return EncoderDecoder(cfg).eval()
+
+
+def site_stats(model: EncoderDecoder, x: torch.Tensor, pad: torch.Tensor) -> dict[str, float]:
+    """The four stats of ``x`` (B, L, D) at ``act/enc.0.in`` (block 0's input), ``pad`` (B, L) True at padding."""
+    tele = Telemetry(model, TelemetryConfig(every=1, sites=("in",), grads=False))
+    with tele.watch(pad, pad), torch.no_grad():
+        model.encoder[0](x, pad)
+    return {k.rsplit("/", 1)[1]: v for k, v in tele.collect().items()}
+
+
+def gaussian_batch(tokens: int, d: int, sigma: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L, D) N(0, sigma^2) activations holding ``tokens`` real positions in rows of 32 (the last row
+    part-filled, as a batch of uneven lengths), with 1e4 at the padding positions, which must not count."""
+    rows, L = -(-tokens // 32), 32
+    pad = (torch.arange(rows * L) >= tokens).view(rows, L)
+    x = sigma * torch.randn(rows, L, d, generator=gen)
+    x[pad] = 1e4
+    return x, pad
+
+
+def test_docs_max_table_is_the_exact_expectation_and_the_gumbel_approximation_holds():
+    rows = doc_table("tokens")
+    assert len(rows) >= 5
+    for tokens, d, n, mean, sd, gumbel, crude in ([c.replace(",", "") for c in r] for r in rows):
+        n = int(n)
+        assert n == int(tokens) * int(d)
+        exact_mean, exact_sd = max_abs_moments(n)
+        assert float(mean) == pytest.approx(exact_mean, abs=0.005)
+        assert float(sd) == pytest.approx(exact_sd, abs=0.005)
+        # Gumbel: b = the (1 - 1/(2n)) quantile of |z|, a = n * density of |z| at b; E ~ b + gamma / a.
+        b = -torch.special.ndtri(torch.tensor(1 / (2 * n), dtype=torch.float64)).item()
+        a = 2 * n * math.exp(-b * b / 2) / math.sqrt(2 * math.pi)
+        assert float(gumbel) == pytest.approx(b + GAMMA / a, abs=0.005)
+        assert abs(b + GAMMA / a - exact_mean) < 0.02
+        assert float(crude) == pytest.approx(math.sqrt(2 * math.log(n)), abs=0.005)
+        assert 0.255 <= math.sqrt(2 * math.log(n)) - exact_mean < 0.275  # docs: "0.26-0.27 too high here"
+
+
+def test_module_docstring_quotes_the_docs_table():
+    import model.telemetry
+
+    table = {(int(r[0]), int(r[1])): r[3] for r in doc_table("tokens")}
+    quoted = re.findall(r"(\d\.\d\d) at (?:n = )?(\d+) x (\d+)", " ".join(model.telemetry.__doc__.split()))
+    assert len(quoted) == 2
+    for value, tokens, d in quoted:
+        assert table[(int(tokens), int(d))] == value
+
+
+@pytest.mark.parametrize("tokens,d,draws", [(64, 128, 40), (512, 128, 20), (3000, 512, 6)])
+def test_activation_stats_of_gaussian_input_match_the_docs(tokens, d, draws):
+    sigma, n = 0.7, tokens * d
+    model, gen = make(d), torch.Generator().manual_seed(tokens)
+    stats = [site_stats(model, *gaussian_batch(tokens, d, sigma, gen)) for _ in range(draws)]
+    rms, mean, maxabs, crest = (torch.tensor([s[k] for s in stats]).double() for k in ("rms", "mean", "maxabs", "crest"))
+    # rms = sigma (1 +- 1/sqrt(2n)) and mean = 0 +- sigma/sqrt(n): every draw within 4 sd.
+    assert ((rms / sigma - 1).abs() < 4 / math.sqrt(2 * n)).all()
+    assert ((mean / sigma).abs() < 4 / math.sqrt(n)).all()
+    # maxabs / sigma and crest: the documented mean, within 3 standard errors of the mean of the draws.
+    expected, sd = max_abs_moments(n)
+    table = {(int(r[0]), int(r[1])): float(r[3]) for r in doc_table("tokens")}
+    assert table[(tokens, d)] == pytest.approx(expected, abs=0.005)
+    assert (maxabs / sigma).mean().item() == pytest.approx(expected, abs=3 * sd / math.sqrt(draws))
+    assert crest.mean().item() == pytest.approx(expected, abs=3 * sd / math.sqrt(draws) + 0.01)
+    assert torch.allclose(crest, maxabs / rms, rtol=1e-6)
+    if draws >= 20:  # enough draws to check the spreads: sd of mean = sigma/sqrt(n), sd of maxabs as documented
+        assert (mean * math.sqrt(n) / sigma).pow(2).mean().sqrt().item() == pytest.approx(1.0, abs=0.4)
+        assert (maxabs / sigma).std().item() == pytest.approx(sd, rel=0.4)
+
+
+def test_rms_is_pooled_so_one_high_norm_token_dominates():
+    # docs: 63 tokens of N(0, 1) and one at 8x their RMS give rms ~ sqrt((63 + 64) / 64) = 1.41.
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 64, 128, generator=gen)
+    x = x / x.pow(2).mean(-1, keepdim=True).sqrt()  # every token at RMS exactly 1
+    x[0, 5] *= 8
+    stats = site_stats(make(128), x, torch.zeros(1, 64, dtype=torch.bool))
+    assert stats["rms"] == pytest.approx(math.sqrt((63 + 64) / 64), rel=1e-6)  # float32 statistics
+    assert stats["maxabs"] > 8 * 2  # the outlier token's largest element
+
+
+def entropies(model: EncoderDecoder, src_len: list[int], tgt_len: list[int], gaussian: bool = False) -> dict[str, float]:
+    """``attn/.../entropy`` of one forward pass; ``gaussian`` replaces every q and k by i.i.d. N(0, 1) entries."""
+    S, T = max(src_len), max(tgt_len)
+    src_pad = torch.arange(S)[None, :] >= torch.tensor(src_len)[:, None]  # (B, S)
+    tgt_pad = torch.arange(T)[None, :] >= torch.tensor(tgt_len)[:, None]  # (B, T)
+    src = torch.randint(4, 30, src_pad.shape).masked_fill(src_pad, 0)
+    tgt = torch.randint(4, 30, tgt_pad.shape).masked_fill(tgt_pad, 0)
+    handles = []
+    if gaussian:  # registered before Telemetry's own hooks, so they see (and attention uses) the replaced q and k
+        for attn in (m for m in model.modules() if hasattr(m, "q_tap")):
+            handles += [t.register_forward_hook(lambda mod, args, out: torch.randn_like(out)) for t in (attn.q_tap, attn.k_tap)]
+    tele = Telemetry(model, TelemetryConfig(every=1, sites=(), grads=False, attn_entropy=True))
+    with tele.watch(src_pad, tgt_pad), torch.no_grad():
+        model(src, tgt)
+    for h in handles:
+        h.remove()
+    return tele.collect()
+
+
+def test_uniform_attention_has_entropy_log_of_the_visible_keys():
+    model = make(32, heads=4)
+    for attn in (m for m in model.modules() if hasattr(m, "q_tap")):
+        torch.nn.init.zeros_(attn.q_proj.weight)  # q = 0: every score 0, every visible key weighted alike
+        torch.nn.init.zeros_(attn.q_proj.bias)
+    src_len, tgt_len = [9, 5, 7], [6, 3, 6]
+    ent = entropies(model, src_len, tgt_len)
+    per_query = lambda keys: sum(keys) / len(keys)  # noqa: E731 - the metric's mean over non-padding queries
+    enc = per_query([math.log(s) for s in src_len for _ in range(s)])
+    cross = per_query([math.log(s) for s, t in zip(src_len, tgt_len, strict=True) for _ in range(t)])
+    causal = per_query([math.log(i + 1) for t in tgt_len for i in range(t)])  # query i sees keys 0..i
+    assert ent["attn/enc.0.self_attn/entropy"] == pytest.approx(enc, rel=1e-5)
+    assert ent["attn/dec.0.cross_attn/entropy"] == pytest.approx(cross, rel=1e-5)
+    assert ent["attn/dec.0.self_attn/entropy"] == pytest.approx(causal, rel=1e-5)
+
+
+def test_gaussian_query_key_entropy_matches_the_docs():
+    # docs table: E[entropy] - ln S for q, k of i.i.d. N(0, 1) entries (scores of variance 1).
+    table = {int(r[0]): float(r[1]) for r in doc_table("keys S")}
+    assert table[max(table)] > -0.5  # approaches -1/2 from above as S grows
+    model = make(128, heads=4, max_len=max(table))  # head size 32
+    torch.manual_seed(0)
+    for S, gap in table.items():
+        rows = max(16, 8192 // S)  # ~8k queries (x 4 heads) per size: standard error < 0.005
+        ent = entropies(model, [S] * rows, [2] * rows, gaussian=True)["attn/enc.0.self_attn/entropy"]
+        assert ent - math.log(S) == pytest.approx(gap, abs=0.02), S
+
+
+def test_grad_norm_of_gaussian_gradients_is_sigma_sqrt_p():
+    model, sigma = make(64), 0.3
+    gen = torch.Generator().manual_seed(0)
+    for p in model.parameters():
+        p.grad = sigma * torch.randn(p.shape, generator=gen)
+    tele = Telemetry(model, TelemetryConfig(every=1))
+    tele.record_grad_norms()
+    stats = tele.collect()
+    for name, block in (("enc.0", model.encoder[0]), ("dec.0", model.decoder[0])):
+        P = sum(p.numel() for p in block.parameters())
+        assert stats[f"grad/{name}/norm"] == pytest.approx(sigma * math.sqrt(P), rel=4 / math.sqrt(2 * P))
+
+
+def first_adamw_ratio(model: EncoderDecoder, lr: float, grad_scale: float) -> float:
+    """``update/enc.0/ratio`` of one step of the project's AdamW (conf/optim/adamw.yaml) with N(0, grad_scale^2) gradients."""
+    gen = torch.Generator().manual_seed(1)
+    for p in model.parameters():
+        p.grad = grad_scale * torch.randn(p.shape, generator=gen)
+    opt = build_optimizer(model, lr=lr, betas=(0.9, 0.98), weight_decay=0.01, eps=1e-9)
+    tele = Telemetry(model, TelemetryConfig(every=1, updates=True))
+    with tele.watch_update():
+        opt.step()
+    return tele.collect()["update/enc.0/ratio"]
+
+
+def test_first_adamw_update_ratio_is_lr_over_weight_rms():
+    # docs: at the first AdamW step every element with a gradient moves by lr (plus lr * wd * w on
+    # matrices), whatever the gradient's scale, so ratio = lr * sqrt(P) / ||w|| = lr / rms(w),
+    # ~ lr / sigma for N(0, sigma^2) weights.
+    sigma, lr = 0.05, 2e-3
+    for grad_scale in (1.0, 1e-4):
+        model = make(64, d_ff=128)
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(sigma * torch.randn(p.shape, generator=gen))
+        w = torch.cat([p.detach().flatten().clone() for p in model.encoder[0].parameters()])
+        ratio = first_adamw_ratio(model, lr, grad_scale)
+        assert ratio == pytest.approx(lr * math.sqrt(w.numel()) / w.norm().item(), rel=1e-3)
+        assert ratio == pytest.approx(lr / sigma, rel=0.01)
