@@ -129,3 +129,110 @@ def test_the_schedule_replayed_to_a_step_equals_the_one_that_ran(decay):
     assert lrs(17, 50, 33, loaded_lr=123.0) == ran[17:]
     replanned = lrs(17, 80, 10)  # resumed with a longer run: the decay is re-planned over 80 steps
     assert replanned == lrs(0, 80, 27)[17:] and (decay == "constant" or replanned != ran[17:27])
+
+
+def wandb_records(path: Path) -> list:
+    """The protobuf records (``wandb_internal_pb2.Record``) of an offline run's ``.wandb`` file.
+
+    The file is wandb's transaction log: a 7-byte header (``:W&B``, magic, version), then LevelDB
+    log-format blocks of 32 KiB, each record a 7-byte header (crc32, length, type: 1 full, 2 first,
+    3 middle, 4 last) and its bytes (format as written by wandb-core ``internal/leveldb``)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, records, pending, pos = path.read_bytes(), [], b"", 7
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if (left := 32768 - pos % 32768) < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        if pos + 7 + length > len(data):  # still being written
+            break
+        pending += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            records.append(wandb_internal_pb2.Record.FromString(pending))
+            pending = b""
+    return records
+
+
+def wandb_attempts(run_dir: Path) -> list[tuple[str, bool, list[int]]]:
+    """(run id, resume flag of its run record, history steps) of each offline attempt, oldest first."""
+    attempts = []
+    for folder in sorted((run_dir / "wandb").glob("offline-run-*")):
+        deadline = time.monotonic() + 30
+        # wandb-core flushes the log a moment after finish() returns; its last record is the exit record
+        while not (records := wandb_records(next(folder.glob("run-*.wandb")))) or not records[-1].HasField("exit"):
+            assert time.monotonic() < deadline, f"{folder}: no exit record"
+            time.sleep(0.1)
+        (run,) = [r.run for r in records if r.HasField("run")]
+        attempts.append((run.run_id, run.resume, [r.history.step.num for r in records if r.HasField("history")]))
+    return attempts
+
+
+def test_a_resumed_wandb_run_stays_one_wandb_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir, steps = tmp_path / "run", ["logger=wandb", "trainer.max_steps=8", "trainer.log_every=1"]
+    real_step, calls = train_module.train_step, {"n": 0}
+
+    def sigterm_at_step_5(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "train_step", sigterm_at_step_5)
+    with pytest.raises(train_module.RunInterrupted, match="after step 5"):
+        train_module.train(make_cfg(*steps), run_dir)
+    monkeypatch.setattr(train_module, "train_step", real_step)
+    train_module.train(make_cfg(*steps), run_dir)
+
+    (first_id, first_resumes, first), (second_id, second_resumes, second) = wandb_attempts(run_dir)
+    assert first_id == second_id  # one wandb run, two offline folders
+    assert json.loads((run_dir / "status.json").read_text())["wandb_id"] == first_id  # where the id is kept
+    assert (first_resumes, second_resumes) == (False, True)  # the second attempt resumes it when synced
+    assert first == [1, 2, 3, 4, 5] and second == [6, 7, 8]  # every step once, none dropped
+
+    from click.testing import CliRunner
+    from wandb.cli.cli import sync
+
+    listed = CliRunner().invoke(sync, ["--dry-run", str(run_dir / "wandb")])  # the command the run prints
+    assert "Would sync 2 run(s)" in listed.output
+
+
+@pytest.mark.parametrize("mode, server_rewinds", [("online", True), ("online", False), ("offline", False)])
+def test_a_wandb_run_killed_after_its_checkpoint_is_rewound_where_the_server_can(tmp_path, monkeypatch, capsys, mode,
+                                                                                 server_rewinds):  # fmt: skip
+    import wandb
+
+    from training import loggers
+    from training.status import write_status
+
+    # A hard kill (no checkpoint on the way out): the checkpoint is at step 5, wandb holds steps 1..8.
+    write_status(tmp_path, wandb_id="abc123")
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "train/loss": 1.0}) + "\n" for s in range(1, 9)))
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the run is written offline (no network here) ...
+    monkeypatch.setattr(loggers, "wandb_mode", lambda: mode)  # ... as if online when mode is
+    real_init, inits = wandb.init, []
+
+    def init(**kwargs):  # the server's answer
+        inits.append({k: kwargs[k] for k in ("id", "resume", "resume_from") if k in kwargs})
+        if "resume_from" in kwargs and not server_rewinds:
+            raise wandb.errors.CommError("failed to rewind run: rewind is not enabled")
+        return real_init(**{**kwargs, "mode": "offline"})
+
+    monkeypatch.setattr(wandb, "init", init)
+    logger = loggers.MetricsLogger(tmp_path, {"project": "normlab"}, resume_step=5)
+    logger.log(6, {"train/loss": 0.5})
+    logger.close()
+
+    rewind, resume = {"resume_from": "abc123?_step=5"}, {"id": "abc123", "resume": "allow"}
+    assert (
+        inits
+        == {("online", True): [rewind], ("online", False): [rewind, resume], ("offline", False): [resume]}[mode, server_rewinds]
+    )
+    ((run_id, _, steps),) = wandb_attempts(tmp_path)
+    assert run_id == "abc123" and steps == [6]
+    out = capsys.readouterr().out
+    assert ("keeps the earlier rows for steps 6..8" in out) == ((mode, server_rewinds) == ("online", False))
+    assert ("rows for steps 6..8 stay in its offline folder" in out) == (mode == "offline")

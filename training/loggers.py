@@ -3,6 +3,10 @@ wandb when ``logger=wandb``.
 
 wandb runs offline when no API key is configured (``WANDB_API_KEY`` or a ``~/.netrc`` entry for
 the wandb host) and ``WANDB_MODE`` is unset; one line then says how to upload with ``wandb sync``.
+
+One run dir is one wandb run, across resumes: the first attempt keeps its wandb run id in
+``status.json`` (``wandb_id``) and every later attempt in that dir resumes that id (see
+docs/scale.md, "wandb across resumes").
 """
 
 import json
@@ -15,6 +19,7 @@ from urllib.parse import urlparse
 
 from model.telemetry import depth_profile
 from training.atomic import atomic_write
+from training.status import read_status, write_status
 
 
 def wandb_mode() -> str:
@@ -42,23 +47,18 @@ class MetricsLogger:
 
     def __init__(self, run_dir: Path | None, wandb_run: dict[str, Any] | None, resume_step: int = 0) -> None:
         self._file = None
+        last_logged = 0  # the last step an earlier attempt in this dir logged (to wandb too, if it used wandb)
         if run_dir is not None:
             path = run_dir / "metrics.jsonl"
             if path.exists():
-                kept = [line for line in path.read_text(encoding="utf-8").splitlines() if json.loads(line)["step"] <= resume_step]
-                atomic_write(path, lambda f: f.write("".join(f"{line}\n" for line in kept).encode()))
+                rows = [(json.loads(line)["step"], line) for line in path.read_text(encoding="utf-8").splitlines()]
+                last_logged = max((step for step, _ in rows), default=0)
+                kept = "".join(f"{line}\n" for step, line in rows if step <= resume_step)
+                atomic_write(path, lambda f: f.write(kept.encode()))
             self._file = path.open("a", encoding="utf-8")
         self._wandb = None
         if wandb_run is not None:
-            import wandb  # only runs that log to wandb pay for importing it
-
-            mode = wandb_mode()
-            self._wandb = wandb.init(dir=str(run_dir), mode=mode, job_type="train", reinit="finish_previous", **wandb_run)
-            self._wandb.define_metric("trainer/step")
-            for prefix in ("train", "val", "test", "optim", "perf", "mem", "act", "grad", "update", "attn"):
-                self._wandb.define_metric(f"{prefix}/*", step_metric="trainer/step")
-            if mode == "offline":
-                print(f"wandb is offline (no API key found); upload later with: wandb sync {Path(self._wandb.dir).parent}")
+            self._wandb = start_wandb(run_dir, wandb_run, resume_step, last_logged)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``metrics`` at training step ``step``. Non-finite values are written as null."""
@@ -96,3 +96,48 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+def start_wandb(run_dir: Path, init_kwargs: dict[str, Any], resume_step: int, last_logged: int) -> Any:
+    """``wandb.init`` for this run dir: a new wandb run on the first attempt (its id is then kept in
+    ``status.json`` as ``wandb_id``), else that run resumed, so one run dir stays one wandb run.
+
+    Online, when an earlier attempt logged past ``resume_step`` (killed after its last checkpoint),
+    the run is rewound to ``resume_step`` (``resume_from="<id>?_step=<k>"``, wandb's rewind; a
+    server-side preview feature) so the replayed steps replace the old rows; where the server
+    refuses, the run is resumed as it is (``resume="allow"``): wandb then keeps the old rows for those
+    steps and drops the replayed ones (it ignores rows below its last step). Offline, the run is
+    resumed by id: each attempt is its own ``wandb/offline-run-*-<id>`` folder, uploaded into one run
+    by ``wandb sync <run_dir>/wandb``. The source is wandb's ``wandb.init`` (``id``, ``resume``,
+    ``resume_from``) and wandb-core ``internal/runbranch`` (a rewind starts at step ``k + 1``).
+
+    Returns:
+        the ``wandb.Run``.
+    """
+    import wandb  # only runs that log to wandb pay for importing it
+
+    mode = wandb_mode()
+    run_id = read_status(run_dir).get("wandb_id")
+    kwargs = {"dir": str(run_dir), "mode": mode, "job_type": "train", "reinit": "finish_previous", **init_kwargs}
+    replayed = f"steps {resume_step + 1}..{last_logged}"
+    run = None
+    if run_id and last_logged > resume_step and mode == "online":
+        try:
+            run = wandb.init(**kwargs, resume_from=f"{run_id}?_step={resume_step}")
+        except wandb.errors.Error as e:  # rewind is not enabled on every server
+            print(f"normlab: wandb could not rewind run {run_id} to step {resume_step} ({e}); it keeps the earlier rows "
+                  f"for {replayed} and ignores the replayed ones (metrics.jsonl has the replayed ones)")  # fmt: skip
+    elif run_id and last_logged > resume_step and mode == "offline":
+        print(f"normlab: wandb is offline: the interrupted attempt's rows for {replayed} stay in its offline folder, so "
+              f"after wandb sync those steps appear twice (metrics.jsonl has them once)")  # fmt: skip
+    if run is None:
+        run = wandb.init(**kwargs, **({"id": run_id, "resume": "allow"} if run_id else {}))
+    if not run_id:
+        write_status(run_dir, wandb_id=run.id)
+    run.define_metric("trainer/step")
+    for prefix in ("train", "val", "test", "optim", "perf", "mem", "act", "grad", "update", "attn"):
+        run.define_metric(f"{prefix}/*", step_metric="trainer/step")
+    if mode == "offline":
+        wandb_dir = Path(run.dir).parents[1]  # <run_dir>/wandb: every attempt's offline-run-*-<id> folder
+        print(f"wandb is offline (no API key found); upload every attempt of this run later with: wandb sync {wandb_dir}")
+    return run
