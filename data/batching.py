@@ -46,6 +46,16 @@ class Batch:
     index: list[int]
     n_tgt_tokens: int
 
+    @property
+    def src_pad_mask(self) -> torch.Tensor:
+        """(B, S) bool, True at src padding."""
+        return self.src.eq(PAD_ID)
+
+    @property
+    def tgt_pad_mask(self) -> torch.Tensor:
+        """(B, T) bool, True at tgt padding (the same positions in tgt_in and tgt_out)."""
+        return self.tgt_out.eq(PAD_ID)
+
     def to(self, device: torch.device) -> "Batch":
         src, tgt_in, tgt_out = (t.to(device, non_blocking=True) for t in (self.src, self.tgt_in, self.tgt_out))
         return Batch(src, tgt_in, tgt_out, self.index, self.n_tgt_tokens)

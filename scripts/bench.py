@@ -30,7 +30,7 @@ from model.norms import build_norm  # noqa: E402
 from model.telemetry import Telemetry, TelemetryConfig  # noqa: E402
 from scripts.bench_model import SIZES, bench_model  # noqa: E402
 from training.optim import build_optimizer, build_scheduler  # noqa: E402
-from training.step import train_step  # noqa: E402
+from training.step import StepOptions, train_step  # noqa: E402
 
 # (kind, impl, bias) rows of the norm table; the first is the baseline.
 NORM_VARIANTS = [
@@ -134,8 +134,8 @@ def make_step(model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | 
     def run() -> None:
         for step in range(1, window + 1):
             record = tele.due(step, window)
-            train_step(model, [batch], opt, sched, tele, step_tokens=batch.n_tgt_tokens, record=record,
-                       label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext())  # fmt: skip
+            train_step(model, [batch], opt, sched, tele, StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0,
+                       autocast=nullcontext(), step_tokens=batch.n_tgt_tokens, record=record))  # fmt: skip
             if record:
                 tele.collect()
 

@@ -25,7 +25,7 @@ from model import EncoderDecoder, ModelConfig, NormConfig
 from model.telemetry import Telemetry, TelemetryConfig
 from model.transformer import Embedding
 from training.optim import build_optimizer, build_scheduler
-from training.step import train_step
+from training.step import StepOptions, train_step
 
 # Sizes compared: the default model (conf/model/small.yaml) and Transformer-base (conf/model/base.yaml).
 SIZES = {
@@ -93,8 +93,8 @@ def stepper(model: nn.Module, batch: Batch, device: torch.device):
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
     def step() -> None:
-        train_step(model, [batch], opt, sched, tele, step_tokens=batch.n_tgt_tokens, record=False,
-                   label_smoothing=0.1, grad_clip=1.0, autocast=autocast)  # fmt: skip
+        train_step(model, [batch], opt, sched, tele, StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0,
+                   autocast=autocast, step_tokens=batch.n_tgt_tokens))  # fmt: skip
 
     return step
 

@@ -14,13 +14,14 @@ import torch.nn.functional as F
 import train as train_module
 from model import EncoderDecoder
 from tests.conftest import make_cfg
+from training.run import model_config
 
 V = 43  # the CMUdict G2P target vocabulary: 39 phonemes + 4 specials
 
 
 def initial_model(norm: str, *overrides: str) -> EncoderDecoder:
     torch.manual_seed(0)
-    return EncoderDecoder(train_module.model_config(make_cfg(f"norm={norm}", *overrides), V, V)).eval()
+    return EncoderDecoder(model_config(make_cfg(f"norm={norm}", *overrides), V, V)).eval()
 
 
 def copy_stats(model: EncoderDecoder) -> tuple[float, float, float]:

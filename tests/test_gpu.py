@@ -13,7 +13,7 @@ from model import EncoderDecoder, ModelConfig, NormConfig
 from model.telemetry import Telemetry, TelemetryConfig
 from tests.conftest import make_cfg
 from training.optim import build_optimizer, build_scheduler
-from training.step import train_step
+from training.step import StepOptions, train_step
 
 pytestmark = [
     pytest.mark.gpu,
@@ -40,8 +40,8 @@ def test_bf16_steps_on_fused_kernels_keep_fp32_master_weights_and_learn(impl):
     # materialized), this would raise "No available kernel".
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
         for _ in range(30):
-            loss, _ = train_step(model, [b], opt, sched, tele, step_tokens=b.n_tgt_tokens, record=False, label_smoothing=0.0,
-                                 grad_clip=1.0, autocast=torch.autocast("cuda", dtype=torch.bfloat16))  # fmt: skip
+            loss, _ = train_step(model, [b], opt, sched, tele, StepOptions(world=1, label_smoothing=0.0, grad_clip=1.0,
+                                 autocast=torch.autocast("cuda", dtype=torch.bfloat16), step_tokens=b.n_tgt_tokens))  # fmt: skip
             losses.append(loss.item())
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert opt.defaults["fused"] is True

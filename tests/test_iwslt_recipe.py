@@ -17,8 +17,9 @@ from model.layers import FeedForward
 from model.telemetry import Telemetry, TelemetryConfig
 from tests.conftest import ROOT, make_cfg
 from training.optim import build_optimizer, build_scheduler
+from training.run import config_diff, model_config
 from training.schema import validate
-from training.step import train_step
+from training.step import StepOptions, train_step
 
 
 def normlab_lr(s: int, peak: float, warmup: int) -> float:
@@ -110,7 +111,7 @@ def test_unset_attn_and_act_dropout_are_model_dropout_and_old_checkpoints_match(
     assert {m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)} == {0.3}
     assert {m.dropout.p for m in model.modules() if isinstance(m, FeedForward)} == {0.3}
     old = {k: v for k, v in model.cfg.to_dict().items() if k not in ("attn_dropout", "act_dropout")}  # abc122c's keys
-    assert train_module.config_diff(old, model.cfg.to_dict()) == ""  # a resume from it is not refused
+    assert config_diff(old, model.cfg.to_dict()) == ""  # a resume from it is not refused
     old["norm"] = model.cfg.norm
     assert ModelConfig(**old) == model.cfg
     with pytest.raises(ValueError, match=r"model.attn_dropout must be null \(= model.dropout\) or in \[0, 1\), got 1.0"):
@@ -126,8 +127,8 @@ def test_no_grad_clip_steps_with_the_unclipped_gradient():
         model = dropout_model(dropout=0.0)
         opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.0, 1e-8)
         sched = build_scheduler(opt, 1e-3, 0, 10, "constant")
-        norm = train_step(model, [batch], opt, sched, Telemetry(model, TelemetryConfig(every=0)), step_tokens=56,
-                          record=False, label_smoothing=0.1, grad_clip=clip, autocast=nullcontext())[1]  # fmt: skip
+        norm = train_step(model, [batch], opt, sched, Telemetry(model, TelemetryConfig(every=0)),
+                          StepOptions(world=1, label_smoothing=0.1, grad_clip=clip, autocast=nullcontext(), step_tokens=56))[1]
         grads[clip] = (norm, torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
     (norm, stepped), (norm_clip, stepped_clip) = grads[None], grads[0.5]
     assert norm == norm_clip > 1  # the logged norm is the unclipped one either way
@@ -170,5 +171,5 @@ def test_the_iwslt_preset_composes_with_the_recipes_values():
         assert (list(got) if key == "optim.betas" else got) == value, key
     assert pre.norm.placement == "pre"  # the norm stays a command-line choice
     validate(cfg)
-    mcfg = train_module.model_config(cfg, 10000, 10000)
+    mcfg = model_config(cfg, 10000, 10000)
     assert (mcfg.attn_dropout_p, mcfg.act_dropout_p, mcfg.dropout) == (0.0, 0.0, 0.3)

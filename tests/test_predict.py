@@ -10,6 +10,7 @@ import train as train_module
 from scripts.predict import load_model, predict
 from tests.conftest import ROOT, make_cfg
 from training.evaluate import DecodeConfig
+from training.run import model_config
 
 
 def test_predict_spells_words_with_a_g2p_checkpoint(tmp_path):
@@ -54,4 +55,4 @@ def test_iwslt_preset_has_the_xiong_et_al_model_and_overridable_norm():
     assert (m.n_enc_layers, m.n_dec_layers, m.d_model, m.d_ff, m.n_heads) == (6, 6, 512, 1024, 4)
     assert cfg.data.name == "iwslt2017_de_en" and cfg.data.hub.revision == "refs/convert/parquet"
     assert cfg.norm.placement == "post" and cfg.trainer.device == "cuda" and cfg.decode.beam_size == 5
-    train_module.model_config(cfg, 10000, 10000)  # a valid model config
+    model_config(cfg, 10000, 10000)  # a valid model config

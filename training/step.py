@@ -2,6 +2,7 @@
 
 import math
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -13,19 +14,34 @@ from data.tokenizer import PAD_ID
 from model.telemetry import Telemetry
 
 
+@dataclass(frozen=True)
+class StepOptions:
+    """How :func:`train_step` trains, beyond the model, data, optimizer, schedule and telemetry.
+
+    Attributes:
+        world: ranks under torchrun (DDP averages gradients over them), 1 otherwise.
+        label_smoothing: epsilon of the label-smoothed cross-entropy (Szegedy et al. 2016).
+        grad_clip: max global gradient L2 norm; None: no clipping (the norm is still returned).
+        autocast: the autocast context (bf16 on CUDA) or a null context.
+        step_tokens: target tokens of the whole step (all micro-batches, all ranks); set per step.
+        record: whether telemetry records this step; set per step.
+    """
+
+    world: int
+    label_smoothing: float
+    grad_clip: float | None
+    autocast: AbstractContextManager
+    step_tokens: int = 0
+    record: bool = False
+
+
 def train_step(
     model: nn.Module,
     micro: list[Batch],
     opt: torch.optim.Optimizer,
     sched: torch.optim.lr_scheduler.LRScheduler,
     telemetry: Telemetry,
-    *,
-    step_tokens: int,
-    world: int = 1,
-    record: bool,
-    label_smoothing: float,
-    grad_clip: float | None,
-    autocast: AbstractContextManager,
+    options: StepOptions,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward and backward over the micro-batches, clip, AdamW step, schedule step.
 
@@ -42,35 +58,37 @@ def train_step(
     Args:
         model: the EncoderDecoder, or it wrapped in DistributedDataParallel.
         micro: this rank's micro-batches; src (B, S), tgt_in / tgt_out (B, T).
-        grad_clip: the largest global gradient L2 norm (``torch.nn.utils.clip_grad_norm_``); None: no clipping.
+        options: world, label smoothing, gradient clipping (``torch.nn.utils.clip_grad_norm_``),
+            autocast, the step's target tokens and whether telemetry records.
 
     Returns:
         (loss, grad_norm): detached 0-dim device tensors; loss = this rank's share of the step
         loss in nats per target token (summed over ranks and divided by ``world`` it is the
         step loss), grad_norm the global L2 norm before clipping.
     """
+    o = options
     opt.zero_grad(set_to_none=True)
     total = torch.zeros((), device=micro[0].src.device)
     for m, batch in enumerate(micro):
         last = m == len(micro) - 1
         sync = model.no_sync() if isinstance(model, DistributedDataParallel) and not last else nullcontext()
-        watching = record and m == 0
-        taps = telemetry.watch(batch.src.eq(PAD_ID), batch.tgt_out.eq(PAD_ID)) if watching else nullcontext()
+        watching = o.record and m == 0
+        taps = telemetry.watch(batch.src_pad_mask, batch.tgt_pad_mask) if watching else nullcontext()
         eager = torch.compiler.set_stance("force_eager") if watching else nullcontext()  # hooks see every site
         with sync:
-            with autocast, eager, taps:
+            with o.autocast, eager, taps:
                 logits = model(batch.src, batch.tgt_in)  # (B, T, V)
             loss = F.cross_entropy(
-                logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID, label_smoothing=label_smoothing
-            ) * (batch.n_tgt_tokens / step_tokens * world)  # fmt: skip
+                logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID, label_smoothing=o.label_smoothing
+            ) * (batch.n_tgt_tokens / o.step_tokens * o.world)  # fmt: skip
             loss.backward()
         total += loss.detach()
-    if record:
+    if o.record:
         telemetry.record_grad_norms()
     # max_norm=inf scales by 1 (a no-op) and still returns the norm, which is logged either way.
-    max_norm = math.inf if grad_clip is None else grad_clip
+    max_norm = math.inf if o.grad_clip is None else o.grad_clip
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    with telemetry.watch_update() if record else nullcontext():
+    with telemetry.watch_update() if o.record else nullcontext():
         opt.step()
     sched.step()
     return total, grad_norm

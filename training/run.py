@@ -1,0 +1,204 @@
+"""What one training run holds, and the steps of train.py's loop that act on all of it: set-up
+(fresh or resumed), validation, checkpointing, the final test.
+
+``train.py`` keeps the loop itself; everything here is called from it once per run or once per
+evaluation / checkpoint, never per step.
+"""
+
+import random
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from data.batching import check_budget
+from data.tokenizer import PAD_ID
+from model import EncoderDecoder, ModelConfig, NormConfig
+from model.telemetry import Telemetry, TelemetryConfig
+from training import distributed
+from training.checkpoint import LATEST, resolve_resume, rng_state, save_checkpoint, set_rng_state
+from training.evaluate import evaluate_loss
+from training.flops import peak_flops
+from training.loggers import MetricsLogger
+from training.optim import build_optimizer, build_scheduler
+from training.status import write_status
+from training.step import StepOptions
+from training.sweep import sweep_group
+from training.tasks import G2PTask, TranslationTask, build_task
+
+
+@dataclass
+class Run:
+    """One training run: its config, where it writes, the model and everything that trains it,
+    and the counters that a checkpoint carries (``step``, ``data_position``, ``counters``)."""
+
+    cfg: DictConfig
+    run_dir: Path
+    is_main: bool  # rank 0: the only rank that writes files, logs and evaluates
+    device: torch.device
+    world: int
+    mcfg: ModelConfig
+    task: G2PTask | TranslationTask
+    model: EncoderDecoder
+    ddp: nn.Module  # the model, wrapped in DistributedDataParallel when world > 1
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LRScheduler
+    telemetry: Telemetry
+    logger: MetricsLogger
+    step_options: StepOptions
+    peak_flops: float | None  # device peak FLOP/s for MFU; None on CPU
+    step: int = 0
+    data_position: tuple[int, int] = (0, 0)  # (epoch, next batch) of the training stream
+    counters: dict[str, float] = field(default_factory=lambda: {"wall_s": 0.0, "tgt_tokens": 0})  # over resumes
+    last_good: str = "none written yet"  # the checkpoint a diverged run can go back to
+
+    @property
+    def max_steps(self) -> int:
+        return self.cfg.trainer.max_steps
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu (``name`` is checked by ``training.schema``).
+    Raises ValueError for ``cuda`` on a machine without one."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("trainer.device='cuda' but no CUDA device is available; use trainer.device=cpu or auto")
+    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name)
+
+
+def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+    """The typed model config from the Hydra config; raises ValueError on bad values."""
+    return ModelConfig(
+        src_vocab=src_vocab, tgt_vocab=tgt_vocab, pad_id=PAD_ID,
+        norm=NormConfig(**OmegaConf.to_container(cfg.norm)),
+        **OmegaConf.to_container(cfg.model),
+    )  # fmt: skip
+
+
+def config_diff(old: dict, new: dict, prefix: str = "") -> str:
+    """``key: checkpoint A, this run B`` for each differing key (nested dicts joined with dots)."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            if nested := config_diff(a, b, f"{prefix}{key}."):
+                out.append(nested)
+        elif a != b:
+            out.append(f"{prefix}{key}: checkpoint {a!r}, this run {b!r}")
+    return "; ".join(out)
+
+
+def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
+    """Build the run described by ``cfg`` (already validated): data, model, optimizer, schedule,
+    telemetry and logger, restored from the run dir's checkpoint when ``train.resume`` finds one.
+
+    Raises:
+        ValueError / FileNotFoundError: a bad resume path or checkpoint, one past
+            ``trainer.max_steps`` or of another model, a token budget too small for the data.
+    """
+    tc = cfg.trainer
+    device = distributed.local_device(resolve_device(tc.device))
+    world = distributed.world_size()
+    mcfg = model_config(cfg, src_vocab=1, tgt_vocab=1)  # validates sizes and norm now; vocab sizes come below
+    tcfg = TelemetryConfig(**OmegaConf.to_container(cfg.telemetry))
+    ckpt, resumed_from = resolve_resume(cfg.train.resume, run_dir) or (None, None)
+    if ckpt and ckpt["step"] > tc.max_steps:
+        raise ValueError(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={tc.max_steps}; "
+                         "raise trainer.max_steps to train on, or start afresh with train.resume=null")  # fmt: skip
+    if is_main:
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+        write_status(run_dir, state="running", max_steps=tc.max_steps, error=None)
+        (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+
+    task = build_task(cfg, run_dir if is_main else None, ckpt)  # vocabularies from the checkpoint on resume
+    for split in task.data.values():
+        check_budget(split, tc.max_tokens)
+    mcfg = replace(mcfg, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
+                   share_embeddings=task.share_embeddings)  # fmt: skip
+    if ckpt and (diff := config_diff(ckpt["model_config"], mcfg.to_dict())):
+        raise ValueError(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
+    model = EncoderDecoder(mcfg).to(device)
+    opt = build_optimizer(model, cfg.optim.lr, tuple(cfg.optim.betas), cfg.optim.weight_decay, cfg.optim.eps)
+    state: dict[str, Any] = {}
+    if ckpt:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        set_rng_state(ckpt["rng"], distributed.rank(), world, device)
+        state = {"step": ckpt["step"], "data_position": tuple(ckpt["data_position"]), "counters": ckpt["counters"],
+                 "last_good": f"{resumed_from} (step {ckpt['step']})"}  # fmt: skip
+        if changed := config_diff(ckpt["config"], OmegaConf.to_container(cfg, resolve=True)):
+            print(f"normlab: resuming {resumed_from} at step {ckpt['step']} with changed settings: {changed}")
+    step = state.get("step", 0)
+    sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay, start_step=step)
+    if cfg.schedule.warmup_steps >= tc.max_steps:
+        print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} >= trainer.max_steps={tc.max_steps}: "
+              f"the whole run warms up (to step {tc.max_steps}), no decay")  # fmt: skip
+    if tc.compile:  # per layer: small graphs, quick to compile, module names unchanged
+        for layer in [*model.encoder, *model.decoder]:
+            layer.compile()
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else model
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast)
+    logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None, resume_step=step)
+    print(f"normlab: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, norm {mcfg.norm.placement}/"
+          f"{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, run dir {run_dir}")  # fmt: skip
+    return Run(cfg, run_dir, is_main, device, world, mcfg, task, model, ddp, opt, sched, Telemetry(model, tcfg), logger,
+               options, peak_flops(device, tc.peak_tflops), **state)  # fmt: skip
+
+
+def wandb_run(cfg: DictConfig, run_dir: Path) -> dict | None:
+    """``wandb.init`` arguments of this run (None for ``logger=none``): one wandb run per job,
+    grouped by sweep, tagged with the norm axes and seed, with the resolved config."""
+    if cfg.logger.name != "wandb":
+        return None
+    n = cfg.norm
+    return {
+        "project": cfg.logger.project, "entity": cfg.logger.entity, "group": cfg.logger.group or sweep_group(),
+        "name": run_dir.name, "config": OmegaConf.to_container(cfg, resolve=True),
+        "tags": [f"kind={n.kind}", f"impl={n.impl}", f"placement={n.placement}", f"seed={cfg.seed}"],
+    }  # fmt: skip
+
+
+def validate_run(run: Run) -> str:
+    """Validation loss and the task's decoding metrics (PER/WER or BLEU/chrF) on ``valid``, logged
+    at ``run.step``; rank 0 only. Returns them as one line to print."""
+    tc = run.cfg.trainer
+    scores = run.task.evaluate(run.model, "valid", tc.eval_max_examples, run.device)
+    val = {"val/loss": evaluate_loss(run.model, run.task.data["valid"], tc.max_tokens, run.device)}
+    val.update({f"val/{k}": v for k, v in scores.items()})
+    run.logger.log(run.step, val)
+    return f"val loss {val['val/loss']:.3f}, {run.task.describe(scores)}"
+
+
+def save_run(run: Run) -> None:
+    """Checkpoint the run (rank 0 writes; every rank hands in its own RNG streams, a collective, so
+    every rank calls this on the same steps) and record its progress in ``status.json``."""
+    rngs = distributed.all_gather_object(rng_state(run.device))
+    if not run.is_main:
+        return
+    save_checkpoint(run.run_dir, {
+        "config": OmegaConf.to_container(run.cfg, resolve=True), "model_config": run.mcfg.to_dict(),
+        "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
+        "data_position": run.data_position, "rng": rngs, "counters": run.counters, **run.task.checkpoint_state(),
+    })  # fmt: skip
+    wall, tokens = run.counters["wall_s"], run.counters["tgt_tokens"]
+    write_status(run.run_dir, step=run.step, wall_s=wall, tokens_per_s=tokens / max(wall, 1e-9))
+    run.last_good = f"{run.run_dir / LATEST} (step {run.step})"
+
+
+def final_test(run: Run) -> dict[str, float]:
+    """The final test metrics (rank 0 decodes; other ranks return ``{}``), logged and written to
+    ``status.json`` with state ``finished``."""
+    if not run.is_main:
+        return {}
+    scores = run.task.evaluate(run.model, "test", run.cfg.trainer.test_max_examples, run.device)
+    test = {f"test/{k}": v for k, v in scores.items()}
+    run.logger.log(run.step, test)
+    write_status(run.run_dir, state="finished", test=test)
+    return test
