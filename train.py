@@ -168,9 +168,8 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     if cfg.schedule.warmup_steps >= tc.max_steps:
         print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} >= trainer.max_steps={tc.max_steps}: "
               f"the whole run warms up (to step {tc.max_steps}), no decay")  # fmt: skip
-    if tc.compile:  # per layer: small graphs, quick to compile, module names unchanged
-        for layer in [*model.encoder, *model.decoder]:
-            layer.compile()
+    if tc.compile:
+        model.compile_layers()
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     peak = peak_flops(device, tc.peak_tflops)
