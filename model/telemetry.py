@@ -28,8 +28,13 @@ Also: ``grad/{s}.{i}/norm`` (L2 norm of block i's parameter gradients, before cl
 non-padding queries; recomputed from q and k, so only the ``full`` preset turns it on).
 
 Cost: hooks exist only inside :meth:`Telemetry.watch`, so steps that do not record pay nothing;
-statistics stay on the device until :meth:`Telemetry.collect` moves them in one transfer. Hooks
-only read tensors (under ``no_grad``): outputs are bit-identical with telemetry on or off.
+statistics stay on the device until :meth:`Telemetry.collect` moves them in one transfer.
+
+Telemetry never changes a training trajectory, eager or compiled: losses and weights are
+bit-identical with it on or off. Hooks only read tensors (under ``no_grad``), and with compiled
+layers they run in a separate eager, no-grad forward pass with the RNG state restored after it,
+so that the training pass stays compiled (:meth:`Telemetry.watch_forward`; docs/telemetry.md,
+"Telemetry and torch.compile").
 """
 
 import math
@@ -161,6 +166,39 @@ class Telemetry:
         finally:
             for h in handles:
                 h.remove()
+
+    def compiled(self) -> bool:
+        """Whether any module of the model runs compiled code (``nn.Module.compile``, as
+        :meth:`EncoderDecoder.compile_layers` does)."""
+        # nn.Module.compile stores the compiled call here; there is no public accessor.
+        return any(getattr(m, "_compiled_call_impl", None) is not None for m in self.model.modules())
+
+    @contextmanager
+    def watch_forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, src_pad_mask: torch.Tensor, tgt_pad_mask: torch.Tensor
+    ) -> Iterator[None]:
+        """Record the activation statistics of the training forward pass ``model(src, tgt_in)`` run inside.
+
+        Eager model: hooks on that very pass (:meth:`watch`). Compiled model: on entry, one extra
+        eager forward pass over the same inputs, under ``no_grad`` and with the CPU and device RNG
+        states restored after it (``torch.random.fork_rng``), carries the hooks; the training pass
+        inside then runs exactly as on a step without telemetry. It draws the training pass's
+        dropout masks when compiled random ops use ATen's generator (``compile_layers`` does so).
+
+        Args:
+            src: (B, S) source ids; tgt_in: (B, T) decoder input ids.
+            src_pad_mask: (B, S) bool, True at src padding; tgt_pad_mask: (B, T) bool, True at tgt padding.
+        """
+        if not self.compiled():
+            with self.watch(src_pad_mask, tgt_pad_mask):
+                yield
+            return
+        device = src.device  # fork_rng restores the CPU generator, and those of the devices listed
+        forked = torch.random.fork_rng([] if device.type == "cpu" else [device], device_type=device.type)
+        with forked, torch.no_grad(), torch.compiler.set_stance("force_eager"):
+            with self.watch(src_pad_mask, tgt_pad_mask):
+                self.model(src, tgt_in)
+        yield
 
     @torch.no_grad()
     def _activation_stats(self, site: str, x: torch.Tensor, keep: torch.Tensor, count: torch.Tensor) -> None:

@@ -144,3 +144,16 @@ class EncoderDecoder(nn.Module):
         """src (B, S) ids, tgt_in (B, T) ids (BOS-shifted target) -> logits (B, T, V)."""
         src_pad_mask = src.eq(self.cfg.pad_id)  # (B, S)
         return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask)
+
+    def compile_layers(self) -> None:
+        """``torch.compile`` each encoder and decoder layer: small graphs, quick to compile, module
+        names unchanged (decoding and telemetry's extra pass run them eagerly).
+
+        Compiled random ops use ATen's generator (inductor's ``fallback_random``) instead of
+        inductor's own Philox stream, so compiled layers draw the same dropout masks as eager
+        ones and advance the generator alike: the eager pass telemetry records from sees the
+        training pass's masks (model/telemetry.py), and compiled and eager runs of one seed
+        train alike.
+        """
+        for layer in [*self.encoder, *self.decoder]:
+            layer.compile(options={"fallback_random": True})

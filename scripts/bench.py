@@ -3,6 +3,7 @@
     python scripts/bench.py norms                 # each norm kind x impl, eager and compiled, + a training step per preset
     python scripts/bench.py norms --no-compile --dims 256
     python scripts/bench.py telemetry             # step-time overhead of telemetry=light|full vs off
+    python scripts/bench.py telemetry --compile --dropout 0.1   # the same with compiled layers, + inductor's own RNG
     python scripts/bench.py model                 # a training step, normlab vs torch.nn.Transformer (scripts/bench_model.py)
     python scripts/bench.py model --device cuda --compile
 
@@ -112,10 +113,13 @@ def bench_step(rounds: int) -> None:
         print(f"  {name:<20} {t / base:6.2f}   ({1000 * t:.0f} ms)")
 
 
-def default_model_and_batch(norm: dict | None = None) -> tuple[EncoderDecoder, Batch]:
-    """The default model (conf/model/small.yaml; ``norm`` defaults to conf/norm/pre_ln.yaml) and a
-    CMUdict-shaped batch: 400 words of 10 letters -> 10 phonemes, the default 4096-token budget."""
+def default_model_and_batch(norm: dict | None = None, dropout: float | None = None) -> tuple[EncoderDecoder, Batch]:
+    """The default model (conf/model/small.yaml; ``norm`` defaults to conf/norm/pre_ln.yaml, ``dropout``
+    to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10 phonemes, the default
+    4096-token budget."""
     sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "small.yaml"))
+    if dropout is not None:
+        sizes["dropout"] = dropout
     norm = norm or OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "norm" / "pre_ln.yaml"))
     torch.manual_seed(0)
     model = EncoderDecoder(ModelConfig(src_vocab=31, tgt_vocab=43, norm=NormConfig(**norm), **sizes))
@@ -142,21 +146,38 @@ def make_step(model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | 
     return run
 
 
-def bench_telemetry(rounds: int, window: int) -> None:
+def bench_telemetry(rounds: int, window: int, compile_: bool, dropout: float | None) -> None:
     """Step time of each conf/telemetry preset relative to ``off``, over windows of ``window``
     consecutive training steps; each window records as a run would (first step, every
-    ``every`` steps, last step), so ``light`` records 2 of 50 steps here, a 1000-step run 22."""
+    ``every`` steps, last step), so ``light`` records 2 of 50 steps here, a 1000-step run 22.
+
+    ``compile_``: layers compiled as train.py does (``EncoderDecoder.compile_layers``, random ops
+    on ATen's generator), plus a row ``off, inductor RNG`` compiled with inductor's own RNG: the
+    cost of ``fallback_random`` (nonzero only with dropout > 0)."""
+    torch._dynamo.config.recompile_limit = 256  # as in bench_norms: several models share the compiled code
     presets = {
         p.stem: TelemetryConfig(**OmegaConf.to_container(OmegaConf.load(p))) for p in (ROOT / "conf" / "telemetry").glob("*.yaml")
     }
     order = ["off"] + sorted(set(presets) - {"off"})
-    fns = {name: make_step(*default_model_and_batch(), telemetry=presets[name], window=window) for name in order}
+    fns = {}
+    for name in order:
+        model, batch = default_model_and_batch(dropout=dropout)
+        if compile_:
+            model.compile_layers()
+        fns[name] = make_step(model, batch, telemetry=presets[name], window=window)
+    if compile_:
+        model, batch = default_model_and_batch(dropout=dropout)
+        for layer in [*model.encoder, *model.decoder]:
+            layer.compile()
+        fns["off, inductor RNG"] = make_step(model, batch, telemetry=presets["off"], window=window)
     times = time_rounds(fns, rounds, inner=1, warmup=1)
     base = times["off"]
-    print(f"Training-step time with telemetry, default model, windows of {window} steps, "
+    what = f"{'compiled' if compile_ else 'eager'} layers, dropout {model.cfg.dropout}"
+    print(f"Training-step time with telemetry, default model ({what}), windows of {window} steps, "
           f"median of {rounds} alternating rounds; ratio to telemetry=off ({1000 * base / window:.0f} ms/step):")  # fmt: skip
     for name, t in times.items():
-        print(f"  {name:<6} (every {presets[name].every:>2} steps)  {t / base:6.3f}   ({1000 * t / window:.0f} ms/step)")
+        every = f"every {presets[name].every:>2} steps" if name in presets else ""
+        print(f"  {name:<18} {every:<14}  {t / base:6.3f}   ({1000 * t / window:.0f} ms/step)")
 
 
 def main() -> None:
@@ -171,6 +192,8 @@ def main() -> None:
     tele = sub.add_parser("telemetry", help="step-time overhead of each telemetry preset vs off")
     tele.add_argument("--rounds", type=int, default=5)
     tele.add_argument("--window", type=int, default=50, help="consecutive steps per timing (light records once per 50)")
+    tele.add_argument("--compile", action="store_true", help="compile every layer, as trainer.compile=true does")
+    tele.add_argument("--dropout", type=float, default=None, help="model dropout (default: conf/model/small.yaml's)")
     model = sub.add_parser("model", help="a training step of normlab vs torch.nn.Transformer, same sizes and batch")
     model.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "base"])
     model.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -182,7 +205,7 @@ def main() -> None:
     if args.what == "model":
         bench_model(args.sizes, torch.device(args.device), args.rounds, args.compile, args.rows, args.length)
     if args.what == "telemetry":
-        bench_telemetry(args.rounds, args.window)
+        bench_telemetry(args.rounds, args.window, args.compile, args.dropout)
     if args.what == "norms":
         bench_norms(args.dims, args.rows, args.rounds, args.compile)
         if args.step:

@@ -1,22 +1,27 @@
 """Telemetry: values equal hand computation, padding-free, side-effect-free, and the trends of
 Xiong et al. 2020 measured with normlab's own telemetry at initialization."""
 
+import copy
 import math
+from contextlib import nullcontext
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
 from model.telemetry import STATS, Telemetry, TelemetryConfig, depth_profile, first_nonfinite
+from training.optim import build_optimizer, build_scheduler
+from training.step import train_step
 
 FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True)
 
 
-def make(placement="pre", kind="layernorm", n=2, d=32, seed=0) -> EncoderDecoder:
+def make(placement="pre", kind="layernorm", n=2, d=32, seed=0, dropout=0.0) -> EncoderDecoder:
     torch.manual_seed(seed)
     cfg = ModelConfig(src_vocab=30, tgt_vocab=40, d_model=d, n_heads=4, d_ff=2 * d, n_enc_layers=n, n_dec_layers=n,
-                      dropout=0.0, norm=NormConfig(kind=kind, placement=placement))  # fmt: skip
+                      dropout=dropout, norm=NormConfig(kind=kind, placement=placement))  # fmt: skip
     return EncoderDecoder(cfg)
 
 
@@ -95,6 +100,52 @@ def test_outputs_are_bit_identical_with_telemetry_on_and_off(placement):
         watched = model(src, tgt_in)
     assert torch.equal(plain, watched)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # nothing left behind
+
+
+def train_steps(model: EncoderDecoder, every: int, steps: int = 4) -> tuple[list[float], list[dict], list, torch.Tensor]:
+    """``steps`` training steps from seed 0 as train.py runs them (``train_step``), telemetry
+    recording when due; returns the losses, the statistics per step, the weights, the RNG state."""
+    torch.manual_seed(0)
+    src, tgt_in, tgt_out = batch()
+    b = Batch(src, tgt_in, tgt_out, list(range(len(src))), int(tgt_out.ne(0).sum()))
+    opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
+    sched = build_scheduler(opt, 1e-3, 0, steps, "constant")
+    tele = Telemetry(model, TelemetryConfig(every=every, attn_entropy=True))
+    losses, stats = [], []
+    for step in range(1, steps + 1):
+        loss, _ = train_step(model, [b], opt, sched, tele, step_tokens=b.n_tgt_tokens, record=tele.due(step, steps),
+                             label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext())  # fmt: skip
+        losses.append(loss.item())
+        stats.append(tele.collect())
+    return losses, stats, [p.detach().clone() for p in model.parameters()], torch.get_rng_state()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_training_is_bit_identical_with_telemetry_on_and_off_with_dropout(compiled):
+    model = make(n=1, dropout=0.1)
+    init = copy.deepcopy(model.state_dict())
+    if compiled:
+        model.compile_layers()
+
+    def run(every: int, stance: str = "default"):  # one model, so its layers compile once
+        model.load_state_dict(init)
+        with torch.compiler.set_stance(stance):
+            return train_steps(model, every)
+
+    off_losses, _, off_weights, off_rng = run(0)
+    on_losses, on_stats, on_weights, on_rng = run(2)  # records steps 1, 2 and 4
+    assert [bool(s) for s in on_stats] == [True, True, False, True]
+    assert on_losses == off_losses
+    assert all(torch.equal(a, b) for a, b in zip(on_weights, off_weights, strict=True))
+    assert torch.equal(on_rng, off_rng)
+    # Compiled layers draw eager's dropout masks: the same losses and generator state as an eager
+    # run, and telemetry's extra eager pass sees the masks of the training pass it describes.
+    eager_losses, eager_stats, _, eager_rng = run(2, "force_eager")
+    assert on_losses == pytest.approx(eager_losses, rel=1e-5)
+    assert torch.equal(on_rng, eager_rng)
+    assert on_stats[0].keys() == eager_stats[0].keys()
+    for key, value in eager_stats[0].items():
+        assert on_stats[0][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
 
 
 def test_attention_entropy_of_uniform_attention_is_log_of_key_count():

@@ -139,9 +139,8 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
     if cfg.schedule.warmup_steps >= tc.max_steps:
         print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} >= trainer.max_steps={tc.max_steps}: "
               f"the whole run warms up (to step {tc.max_steps}), no decay")  # fmt: skip
-    if tc.compile:  # per layer: small graphs, quick to compile, module names unchanged
-        for layer in [*model.encoder, *model.decoder]:
-            layer.compile()
+    if tc.compile:
+        model.compile_layers()
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast)

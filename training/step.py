@@ -51,8 +51,9 @@ def train_step(
     ``n_m / step_tokens x world`` (DDP averages gradients over ``world`` ranks). Gradients are
     all-reduced once, after the last micro-batch (``no_sync`` before it).
 
-    With ``record``, telemetry watches the first micro-batch's forward pass (eagerly, if the
-    layers are compiled), the gradients before clipping, and the update. Nothing here reads a
+    With ``record``, telemetry watches the first micro-batch's forward pass (with compiled layers,
+    through an extra eager pass: :meth:`Telemetry.watch_forward`), the gradients before clipping,
+    and the update; losses and weights are bit-identical with it on or off. Nothing here reads a
     value back to the host.
 
     Args:
@@ -72,11 +73,11 @@ def train_step(
     for m, batch in enumerate(micro):
         last = m == len(micro) - 1
         sync = model.no_sync() if isinstance(model, DistributedDataParallel) and not last else nullcontext()
-        watching = o.record and m == 0
-        taps = telemetry.watch(batch.src_pad_mask, batch.tgt_pad_mask) if watching else nullcontext()
-        eager = torch.compiler.set_stance("force_eager") if watching else nullcontext()  # hooks see every site
+        taps = nullcontext()
+        if o.record and m == 0:
+            taps = telemetry.watch_forward(batch.src, batch.tgt_in, batch.src_pad_mask, batch.tgt_pad_mask)
         with sync:
-            with o.autocast, eager, taps:
+            with o.autocast, taps:
                 logits = model(batch.src, batch.tgt_in)  # (B, T, V)
             loss = F.cross_entropy(
                 logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID, label_smoothing=o.label_smoothing
