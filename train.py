@@ -39,6 +39,7 @@ from training.flops import peak_flops, train_flops
 from training.interrupt import RunInterrupted, StopRequest
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
+from training.renames import renamed_override
 from training.schema import validate
 from training.status import DONE, read_status, write_status
 from training.step import train_step
@@ -348,6 +349,8 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv = distributed.strip_local_rank(sys.argv)  # legacy launchers' --local-rank=N
+    if renamed := renamed_override(sys.argv[1:]):  # Hydra's own error would not name the new key
+        sys.exit(f"normlab: error: {renamed}")
     distributed.init_from_env()
     try:
         main()
