@@ -29,6 +29,7 @@ from training import distributed
 from training.checkpoint import LATEST
 from training.flops import train_flops
 from training.interrupt import RunInterrupted, StopRequest
+from training.renames import renamed_override
 from training.run import final_test, save_run, start_run, validate_run
 from training.schema import validate
 from training.status import DONE, read_status, write_status
@@ -165,6 +166,8 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv = distributed.strip_local_rank(sys.argv)  # legacy launchers' --local-rank=N
+    if renamed := renamed_override(sys.argv[1:]):  # Hydra's own error would not name the new key
+        sys.exit(f"normlab: error: {renamed}")
     distributed.init_from_env()
     try:
         main()

@@ -1,11 +1,13 @@
 """Benchmarks, printed as ratios measured side by side in one run.
 
-    python scripts/bench.py norms                 # each norm kind x impl, eager and compiled, + a training step per preset
-    python scripts/bench.py norms --no-compile --dims 256
-    python scripts/bench.py telemetry             # step-time overhead of telemetry=light|full vs off
-    python scripts/bench.py telemetry --compile --dropout 0.1   # the same with compiled layers, + inductor's own RNG
-    python scripts/bench.py model                 # a training step, normlab vs torch.nn.Transformer (scripts/bench_model.py)
-    python scripts/bench.py model --device cuda --compile
+    python -m scripts.bench norms                 # each norm kind x impl, eager and compiled, + a training step per preset
+    python -m scripts.bench norms --no-compile --dims 256
+    python -m scripts.bench telemetry             # step-time overhead of telemetry=light|full vs off
+    python -m scripts.bench telemetry --compile --dropout 0.1   # the same with compiled layers, + inductor's own RNG
+    python -m scripts.bench model                 # a training step, normlab vs torch.nn.Transformer (scripts/bench_model.py)
+    python -m scripts.bench model --device cuda --compile
+
+Run from the repository root (``python -m`` puts it on the import path).
 
 Variants are timed in alternating rounds (A B C A B C ...) so that drift of a shared machine hits
 all of them alike; each figure is the median over rounds. Ratios > 1 are slower than the baseline.
@@ -13,25 +15,25 @@ all of them alike; each figure is the median over rounds. Ratios > 1 are slower 
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from data.batching import Batch
+from model import EncoderDecoder, ModelConfig, NormConfig
+from model.norms import build_norm
+from model.telemetry import Telemetry, TelemetryConfig
+from scripts.bench_model import SIZES, bench_model
+from training.optim import build_optimizer, build_scheduler
+from training.step import StepOptions, train_step
 
-from data.batching import Batch  # noqa: E402
-from model import EncoderDecoder, ModelConfig, NormConfig  # noqa: E402
-from model.norms import build_norm  # noqa: E402
-from model.telemetry import Telemetry, TelemetryConfig  # noqa: E402
-from scripts.bench_model import SIZES, bench_model  # noqa: E402
-from training.optim import build_optimizer, build_scheduler  # noqa: E402
-from training.step import StepOptions, train_step  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+NORM_PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml") if not p.stem.startswith("_"))  # not _base
 
 # (kind, impl, bias) rows of the norm table; the first is the baseline.
 NORM_VARIANTS = [
@@ -100,7 +102,7 @@ def bench_norms(dims: list[int], rows: int, rounds: int, compile_: bool) -> None
 
 def bench_step(rounds: int) -> None:
     """One training step (forward, backward, AdamW) of the default model per norm preset."""
-    presets = {p.stem: OmegaConf.to_container(OmegaConf.load(p)) for p in sorted((ROOT / "conf" / "norm").glob("*.yaml"))}
+    presets = {name: norm_preset(name) for name in NORM_PRESETS}
     variants = {"pre_ln native": {**presets["pre_ln"], "impl": "native"}}
     variants |= presets
     variants |= {f"{n} native": {**presets[n], "impl": "native"} for n in ("post_ln", "pre_rms")}
@@ -113,14 +115,21 @@ def bench_step(rounds: int) -> None:
         print(f"  {name:<20} {t / base:6.2f}   ({1000 * t:.0f} ms)")
 
 
+def norm_preset(name: str) -> dict:
+    """The ``norm`` keys of preset ``name`` as Hydra composes them (a preset file states only what
+    differs from conf/norm/_base.yaml)."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm)
+
+
 def default_model_and_batch(norm: dict | None = None, dropout: float | None = None) -> tuple[EncoderDecoder, Batch]:
-    """The default model (conf/model/small.yaml; ``norm`` defaults to conf/norm/pre_ln.yaml, ``dropout``
+    """The default model (conf/model/small.yaml; ``norm`` defaults to the pre_ln preset, ``dropout``
     to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10 phonemes, the default
     4096-token budget."""
     sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "small.yaml"))
     if dropout is not None:
         sizes["dropout"] = dropout
-    norm = norm or OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "norm" / "pre_ln.yaml"))
+    norm = norm or norm_preset("pre_ln")
     torch.manual_seed(0)
     model = EncoderDecoder(ModelConfig(src_vocab=31, tgt_vocab=43, norm=NormConfig(**norm), **sizes))
     B, S, T = 400, 10, 10

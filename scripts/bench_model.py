@@ -1,4 +1,4 @@
-"""``python scripts/bench.py model``: a full training step of normlab vs ``torch.nn.Transformer``.
+"""``python -m scripts.bench model``: a full training step of normlab vs ``torch.nn.Transformer``.
 
 Both models get the same sizes, the same embeddings (normlab's ``Embedding``, one per stack),
 the same tied output layer, the same batch and the same step (``training/step.py``: forward,

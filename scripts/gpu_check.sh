@@ -16,7 +16,7 @@ echo "== GPU tests"
 python -m pytest -q -m gpu -p no:cacheprovider
 
 echo "== bench: normlab vs torch.nn.Transformer, bf16, compiled layers"
-python scripts/bench.py model --device cuda --compile --rows 256 --length 64 --rounds 20
+python -m scripts.bench model --device cuda --compile --rows 256 --length 64 --rounds 20
 
 echo "== 2-minute training run: model=base, bf16, compiled layers, SIGTERM after 120 s"
 run_dir="outputs/gpu_check_$(date +%H%M%S)"

@@ -1,6 +1,6 @@
 """Draw a run's activation scales from its metrics.jsonl, offline, as PNG.
 
-    python scripts/plot_scales.py RUN_DIR [--stat rms] [--site out] [--steps 0 500 1000] [--out DIR]
+    python -m scripts.plot_scales RUN_DIR [--stat rms] [--site out] [--steps 0 500 1000] [--out DIR]
 
 Writes into --out (default RUN_DIR):
 - ``scale_heatmap.png``: block (encoder then decoder) x training step, colour = log10 of the
@@ -10,7 +10,6 @@ Writes into --out (default RUN_DIR):
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -20,7 +19,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model.telemetry import depth_profile  # noqa: E402
 
 

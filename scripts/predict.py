@@ -1,7 +1,7 @@
 """Decode lines with a trained checkpoint: translate sentences, or spell words as phonemes (G2P).
 
-    python scripts/predict.py outputs/<date>/<time>_pre_ln/checkpoint.pt sentences.txt --beam-size 5
-    echo "phoneme" | python scripts/predict.py RUN_DIR/checkpoint.pt -          # G2P: F OW N IY M
+    python -m scripts.predict outputs/<date>/<time>_pre-layernorm-custom/checkpoint.pt sentences.txt --beam-size 5
+    echo "phoneme" | python -m scripts.predict RUN_DIR/checkpoint.pt -          # G2P: F OW N IY M
 
 One output line per input line, in order, from the checkpoint's own vocabularies and model
 config. Decoding is the one the runs use (``training.evaluate.decode_all``: batched beam search
@@ -15,11 +15,10 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data.tokenizer import detokenize, encode_all  # noqa: E402
-from model import EncoderDecoder, ModelConfig, NormConfig  # noqa: E402
-from training.checkpoint import load_checkpoint  # noqa: E402
-from training.evaluate import DecodeConfig, decode_all  # noqa: E402
+from data.tokenizer import detokenize, encode_all
+from model import EncoderDecoder, ModelConfig, NormConfig
+from training.checkpoint import load_checkpoint
+from training.evaluate import DecodeConfig, decode_all
 
 
 def load_model(path: str, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, str]:

@@ -1,6 +1,6 @@
 """A local dashboard for a sweep: one self-contained HTML page plus PNGs, offline.
 
-    python scripts/report.py SWEEP_DIR [SWEEP_DIR ...] [--out DIR]
+    python -m scripts.report SWEEP_DIR [SWEEP_DIR ...] [--out DIR]    # from the repository root
 
 Reads every run directory (``config.yaml`` + ``metrics.jsonl``, optionally ``status.json``) under the
 given directories (a Hydra multirun dir, a single run dir, or several) and writes into ``--out``
@@ -15,14 +15,14 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   are counted in ``<html data-js-errors>``.
 - one PNG per chart (``loss.png``, ``val_loss.png``, ``val_per.png``, ``rms_vs_depth.png``, ``grad_vs_depth.png``).
 
-Runs whose configs differ only in the seed form a variant (see ``scripts/report_data.py``). Diverged,
-crashed or half-written runs are listed and marked, never fatal.
+Runs whose configs differ only in the seed form a variant (see ``analysis/variants.py``). Diverged,
+crashed or half-written runs are listed and marked, never fatal. Reading, grouping, statistics and the
+charts' data live in the ``analysis`` package; this script draws them.
 """
 
 import argparse
 import html
 import math
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,19 +37,11 @@ import plotly.io as pio  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scripts.report_data import (  # noqa: E402
-    TASKS,
-    Line,
-    Panel,
-    ReportError,
-    Run,
-    Variant,
-    build_panels,
-    detect_task,
-    group_variants,
-    load_runs,
-)
+from analysis.load import ReportError, load_runs  # noqa: E402
+from analysis.panels import Line, Panel, build_panels  # noqa: E402
+from analysis.runs import TASKS, Run, detect_task  # noqa: E402
+from analysis.stats import mean_stderr  # noqa: E402
+from analysis.variants import Variant, group_variants  # noqa: E402
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MPL_DASH = {"solid": "-", "dash": "--", "dot": ":"}
@@ -185,13 +177,6 @@ def _fmt_time(seconds: float | None) -> str:
 
 def _fmt_rate(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
-
-
-def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:
-    """(mean, standard error of the mean) of ``values``: stderr = sample std (n - 1 in the denominator) / sqrt(n);
-    None for a mean of no values or a stderr of fewer than two."""
-    mean = statistics.fmean(values) if values else None
-    return mean, statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
 
 
 def _diverged_text(run: Run) -> str:

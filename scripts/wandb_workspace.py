@@ -1,6 +1,6 @@
 """A saved W&B workspace for one sweep: its runs, grouped by norm, with loss, PER/WER and per-layer panels.
 
-    python scripts/wandb_workspace.py --entity E --project P --group G [--n-enc-layers 3 --n-dec-layers 3] [--save]
+    python -m scripts.wandb_workspace --entity E --project P --group G [--n-enc-layers 3 --n-dec-layers 3] [--save]
 
 Without ``--save`` it only builds the workspace and prints its outline (no network, no API key).
 ``--save`` uploads it (needs ``WANDB_API_KEY`` or ``wandb login``) and prints its URL.
@@ -17,7 +17,8 @@ import sys
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 
-GROUP_KEYS = ("norm.placement", "norm.kind", "norm.impl")  # config keys, as train.py logs them (nested)
+from analysis.variants import NORM_KEYS
+
 MAX_RUNS = 100  # runs a panel draws; a sweep is usually 10-50
 
 
@@ -84,7 +85,7 @@ def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_
         settings=ws.WorkspaceSettings(x_axis="Step", max_runs=MAX_RUNS),
         runset_settings=ws.RunsetSettings(
             filters=[ws.Metric("Group") == group],
-            groupby=[ws.Config(key) for key in GROUP_KEYS],
+            groupby=[ws.Config(key) for key in NORM_KEYS],  # the keys the local report labels variants by
         ),
     )
 

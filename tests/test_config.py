@@ -2,6 +2,7 @@
 stops with one line naming the key, the value and what is valid, before any data loads."""
 
 import itertools
+import os
 import shutil
 import subprocess
 import sys
@@ -9,9 +10,13 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 
+import train as train_module
 from tests.conftest import ROOT, make_cfg
+from training.checkpoint import load_checkpoint, save_checkpoint
 from training.optim import DECAYS
+from training.renames import renamed_override, with_current_names
 from training.schema import validate
 
 GROUPS = ("model", "norm", "data", "optim", "schedule", "trainer", "logger", "telemetry")
@@ -27,7 +32,7 @@ def sweep_jobs(params: dict | None) -> list[list[str]]:
 
 
 def test_every_preset_composes_and_validates():
-    presets = [f"{g}={p.stem}" for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml"))]
+    presets = [f"{g}={p.stem}" for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml")) if p.stem != "_base"]
     assert len(presets) >= 27  # at abc122c: 3 model, 9 norm, 5 data, 1 optim, 1 schedule, 3 trainer, 2 logger, 3 telemetry
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         for preset in presets:
@@ -55,7 +60,7 @@ def test_every_job_of_every_experiment_sweep_composes_and_validates():
         ("optim.lr=abc", "optim.lr='abc' is invalid: expected a number"),
         ("trainer.compile=yes", "trainer.compile='yes' is invalid: expected a boolean (true or false)"),
         ("trainer.grad_clip=abc", "trainer.grad_clip='abc' is invalid: expected a number or null"),
-        ("trainer.eval_max_words=true", "trainer.eval_max_words=True is invalid: expected an integer or null"),
+        ("trainer.eval_max_examples=true", "trainer.eval_max_examples=True is invalid: expected an integer or null"),
         ("logger=wandb logger.project=3", "logger.project=3 is invalid: expected a string"),
         ("model.tie_embeddings=maybe", "model.tie_embeddings='maybe' is invalid: expected a boolean (true or false)"),
         ("model.dropout=abc", "model.dropout='abc' is invalid: expected a number"),
@@ -66,8 +71,8 @@ def test_every_job_of_every_experiment_sweep_composes_and_validates():
         ("decode.beam_size=2.0", "decode.beam_size=2.0 is invalid: expected an integer"),
         ("train.resume=3", "train.resume=3 is invalid: expected a string or null"),
         ("+trainer.max_step=5", "trainer.max_step is not a key of trainer; valid keys: device, compile, max_steps, max_tokens, "
-         "grad_accum, grad_clip, label_smoothing, log_every, eval_every, checkpoint_every, eval_max_words, test_max_words, "
-         "eval_max_examples, test_max_examples, peak_tflops"),
+         "grad_accum, grad_clip, label_smoothing, log_every, eval_every, checkpoint_every, eval_max_examples, "
+         "test_max_examples, peak_tflops"),
         ("+seeds=1", "seeds is not a key of the config; valid keys: seed, model, norm, data, optim, schedule, trainer, logger, "
          "telemetry, decode, train"),
         ("+model.vocab=5", "model.vocab is not a key of model; valid keys: d_model, n_heads, d_ff, n_enc_layers, n_dec_layers, "
@@ -126,3 +131,111 @@ def test_cli_wrong_type_exits_1_with_one_error_line_before_data_loads(tmp_path):
     ]
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "src_vocab.json").exists()  # written once the data is loaded
+
+
+# Each norm preset's composed values at abc122c, when every preset file repeated every key:
+# name -> (kind, impl, placement); eps 1e-5 and bias true in all of them.
+NORM_PRESETS_AT_ABC122C = {
+    "deepnorm": ("layernorm", "custom", "deepnorm"),
+    "no_norm": ("none", "custom", "pre"),
+    "post_ln": ("layernorm", "custom", "post"),
+    "post_rms": ("rmsnorm", "custom", "post"),
+    "pre_dyt": ("dyt", "custom", "pre"),
+    "pre_ln": ("layernorm", "custom", "pre"),
+    "pre_rms": ("rmsnorm", "custom", "pre"),
+    "pre_scalenorm": ("scalenorm", "custom", "pre"),
+    "sandwich_ln": ("layernorm", "custom", "sandwich"),
+}
+
+
+def test_norm_presets_compose_to_the_values_they_had_before_the_shared_base():
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        for name, (kind, impl, placement) in NORM_PRESETS_AT_ABC122C.items():
+            norm = OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm)
+            assert norm == {"kind": kind, "impl": impl, "placement": placement, "eps": 1e-5, "bias": True}, name
+    assert make_cfg().norm == make_cfg("norm=pre_ln").norm  # still the default
+
+
+def test_each_norm_preset_states_only_what_differs_from_the_base():
+    base = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "norm" / "_base.yaml"))
+    presets = [p for p in sorted((ROOT / "conf" / "norm").glob("*.yaml")) if p.stem != "_base"]
+    assert {p.stem for p in presets} >= set(NORM_PRESETS_AT_ABC122C)
+    for path in presets:
+        own = OmegaConf.to_container(OmegaConf.load(path))
+        assert own.pop("defaults") == ["_base", "_self_"], path.name
+        assert all(key in base and base[key] != value for key, value in own.items()), (path.name, own)
+
+
+RENAMES = [("trainer.eval_max_words", "trainer.eval_max_examples"), ("trainer.test_max_words", "trainer.test_max_examples")]
+
+
+@pytest.mark.parametrize(("old", "new"), RENAMES)
+def test_a_renamed_key_in_an_override_or_a_preset_file_names_its_new_key(old, new, tmp_path):
+    with pytest.raises(ValueError) as error:
+        validate(make_cfg(f"+{old}=100"))
+    assert str(error.value) == f"{old} was renamed to {new}"
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    (tmp_path / "conf" / "trainer" / "mine.yaml").write_text(f"defaults: [default, _self_]\n{old.split('.')[1]}: 100\n")
+    with initialize_config_dir(config_dir=str(tmp_path / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["trainer=mine"])
+    with pytest.raises(ValueError) as error:
+        validate(cfg)
+    assert str(error.value) == f"{old} was renamed to {new}"
+
+
+def test_cli_renamed_key_exits_1_naming_the_new_key_before_hydra_runs(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "model=tiny", "trainer=smoke", "logger=none", "trainer.eval_max_words=100"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert [line for line in proc.stderr.splitlines() if "error" in line] == [
+        "normlab: error: trainer.eval_max_words was renamed to trainer.eval_max_examples"
+    ]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "outputs").exists()  # no run dir: Hydra never started
+
+
+def test_renamed_override_reads_every_override_form():
+    message = "trainer.test_max_words was renamed to trainer.test_max_examples"
+    for arg in ("trainer.test_max_words=5", "+trainer.test_max_words=5", "++trainer.test_max_words=5",
+                "~trainer.test_max_words", "trainer.test_max_words=1,2"):  # fmt: skip
+        assert renamed_override(["-m", "model=tiny", arg]) == message, arg
+    assert renamed_override(["trainer=smoke", "trainer.test_max_examples=5", "hydra.run.dir=x/trainer.test_max_words=1"]) is None
+
+
+def test_a_config_saved_with_the_old_names_reads_with_the_new_ones():
+    # abc122c saved both names, the new ones interpolated from the old.
+    old = {"seed": 0, "trainer": {"max_steps": 20, "eval_max_words": 7, "test_max_words": None,
+                                  "eval_max_examples": 7, "test_max_examples": None}}  # fmt: skip
+    assert with_current_names(old) == {"seed": 0, "trainer": {"max_steps": 20, "eval_max_examples": 7, "test_max_examples": None}}
+    assert old["trainer"]["eval_max_words"] == 7  # not modified
+    assert with_current_names({"trainer": {"eval_max_words": 3}}) == {"trainer": {"eval_max_examples": 3}}
+    assert with_current_names({"seed": 1}) == {"seed": 1}
+
+
+def test_a_checkpoint_with_the_old_key_names_resumes_reporting_only_real_changes(tmp_path, capsys):
+    small = ["telemetry.every=0", "trainer.eval_max_examples=5", "trainer.test_max_examples=5"]
+    train_module.train(make_cfg("trainer.max_steps=2", *small), tmp_path)
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    ckpt["config"]["trainer"] |= {"eval_max_words": 5, "test_max_words": 5}  # as abc122c wrote it
+    save_checkpoint(tmp_path, ckpt)
+    capsys.readouterr()
+    test = train_module.train(make_cfg("trainer.max_steps=3", *small), tmp_path)
+    out = capsys.readouterr().out
+    assert "at step 2 with changed settings: trainer.max_steps: checkpoint 2, this run 3\n" in out
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3 and 0 <= test["test/wer"] <= 1
+
+
+def test_run_dir_is_named_from_the_resolved_norm_keys_not_the_preset(tmp_path):
+    # NORMLAB_RUN_STAMP is how every torchrun rank gets rank 0's start time (training/distributed.py).
+    stamp = "2020-01-02/03-04-05"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "model=tiny", "trainer=smoke", "logger=none", "norm=sandwich_ln",
+         "norm.kind=rmsnorm", "trainer.max_steps=0"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "NORMLAB_RUN_STAMP": stamp},
+    )  # fmt: skip
+    assert proc.returncode == 1 and "trainer.max_steps=0 is invalid" in proc.stderr  # stops early, its dir made
+    assert [p.name for p in (tmp_path / "outputs" / "2020-01-02").iterdir()] == ["03-04-05_sandwich-rmsnorm-custom"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["norm=post_rms", "norm.impl=native"], return_hydra_config=True)
+    assert cfg.hydra.run.dir.endswith("_post-rmsnorm-native") and "post_rms" not in cfg.hydra.run.dir

@@ -45,6 +45,7 @@ def losses(run_dir: Path) -> dict[int, float]:
 def test_two_ranks_train_exactly_as_one_process_with_twice_the_batch(tmp_path, args, logged, launcher):
     two = run([*launcher, str(ROOT / "train.py"), *args], tmp_path)
     (run_dir,) = [p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir()]  # both ranks wrote into one dir
+    assert run_dir.name.endswith("_pre-layernorm-custom")  # named from the norm keys (conf/config.yaml)
     one_dir = tmp_path / "one"
     run([sys.executable, str(ROOT / "train.py"), *args, "trainer.grad_accum=2", f"hydra.run.dir={one_dir}"], tmp_path)
 

@@ -137,7 +137,7 @@ def test_no_grad_clip_steps_with_the_unclipped_gradient():
 
 def test_a_run_without_grad_clip_trains_and_logs_the_unclipped_norm(tmp_path):
     cfg = make_cfg("trainer.grad_clip=null", "trainer.max_steps=4", "trainer.log_every=1", "telemetry.every=0",
-                   "trainer.eval_max_words=10", "trainer.test_max_words=10")  # fmt: skip
+                   "trainer.eval_max_examples=10", "trainer.test_max_examples=10")  # fmt: skip
     train_module.train(cfg, tmp_path)
     rows = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if "optim/grad_norm" in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]

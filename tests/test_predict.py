@@ -1,4 +1,4 @@
-"""scripts/predict.py on a G2P checkpoint, the decode keys' checks and the IWSLT preset."""
+"""scripts/predict.py (run as ``python -m scripts.predict``) on a G2P checkpoint, the decode keys' checks and the IWSLT preset."""
 
 import subprocess
 import sys
@@ -22,12 +22,12 @@ def test_predict_spells_words_with_a_g2p_checkpoint(tmp_path):
         assert len(out) == 3 and out[1] == "" and set(" ".join(out).split()) <= set(tgt.get_vocab())  # phonemes
     assert predict(["cat"], model, src, tgt, task, DecodeConfig(beam_size=1), 1024, device=None)[0]  # untrained: babble
     (tmp_path / "words.txt").write_text("cat\nhello\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "predict.py"), str(tmp_path / "checkpoint.pt"),
+    proc = subprocess.run([sys.executable, "-m", "scripts.predict", str(tmp_path / "checkpoint.pt"),
                            str(tmp_path / "words.txt"), "--beam-size", "1"], capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})  # fmt: skip
+                          cwd=ROOT, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 2, proc.stderr
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "predict.py"), str(tmp_path / "nope.pt")],
-                          capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "scripts.predict", str(tmp_path / "nope.pt")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     assert proc.returncode == 1 and proc.stderr.startswith("predict: error: no checkpoint file at")
 
 
@@ -42,10 +42,9 @@ def test_bad_decode_and_data_keys_stop_before_training(override, message, tmp_pa
         train_module.train(make_cfg(override), tmp_path)
 
 
-def test_old_eval_word_keys_still_set_the_example_counts():
-    cfg = make_cfg("trainer.eval_max_words=7", "trainer.test_max_words=9")
+def test_the_example_count_keys_set_the_example_counts():  # their former *_max_words names: tests/test_config.py
+    cfg = make_cfg("trainer.eval_max_examples=7", "trainer.test_max_examples=9")
     assert (cfg.trainer.eval_max_examples, cfg.trainer.test_max_examples) == (7, 9)
-    assert make_cfg("trainer.eval_max_examples=5").trainer.eval_max_examples == 5
 
 
 def test_iwslt_preset_has_the_xiong_et_al_model_and_overridable_norm():

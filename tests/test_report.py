@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from analysis.load import load_run, load_runs
+from analysis.panels import build_panels
+from analysis.variants import group_variants
 from scripts import report
-from scripts.report_data import build_panels, group_variants, load_run, load_runs
 
 STEPS = list(range(10, 101, 10))  # logging steps
 EVAL_STEPS = [50, 100]
@@ -367,6 +369,16 @@ def test_single_run_dir_is_labelled_by_norm(sweep: Path, tmp_path: Path) -> None
     runs = load_runs([sweep / "norm=pre_ln,seed=0"])
     assert [v.label for v in group_variants(runs)] == ["norm.placement=pre norm.kind=layernorm norm.impl=custom"]
     assert runs[0].label == "norm=pre_ln,seed=0"
+
+
+def test_a_run_written_before_a_key_was_renamed_groups_with_one_written_after(tmp_path: Path) -> None:
+    old = config("pre", "layernorm", 0, **{"trainer.eval_max_words": 50, "trainer.eval_max_examples": 50})  # abc122c's keys
+    new = config("pre", "layernorm", 1, **{"trainer.eval_max_examples": 50})
+    for name, cfg in (("old", old), ("new", new)):
+        write_run(tmp_path / name, cfg, metric_rows(1.0, cfg["seed"], 0.1), finished(0.1))
+    runs = load_runs([tmp_path])
+    assert "trainer.eval_max_words" not in runs[1].config and runs[1].config["trainer.eval_max_examples"] == 50
+    assert [len(v.runs) for v in group_variants(runs)] == [2]
 
 
 def test_main_default_out_and_several_dirs(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from training.atomic import atomic_write
+from training.renames import with_current_names
 
 FORMAT = "normlab-checkpoint-v2"
 KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "counters", "vocab")
@@ -88,7 +89,8 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read and verify a checkpoint written by :func:`save_checkpoint`, onto the CPU.
+    """Read and verify a checkpoint written by :func:`save_checkpoint`, onto the CPU; its ``config``
+    uses today's key names (``training.renames``).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -108,6 +110,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"checkpoint {str(path)!r} is truncated or corrupt ({type(e).__name__}: {e})") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise ValueError(f"{str(path)!r} is not a normlab checkpoint (expected format {FORMAT!r})")
+    ckpt["config"] = with_current_names(ckpt["config"])  # one written before a key was renamed
     return ckpt
 
 

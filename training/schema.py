@@ -4,7 +4,8 @@
 every value has its field's type, and every value is in range. The first problem stops the run
 with one line naming the key, the value and what is valid, e.g.
 ``seed='abc' is invalid: expected an integer`` or
-``trainer.max_step is not a key of trainer; valid keys: device, compile, ...``.
+``trainer.max_step is not a key of trainer; valid keys: device, compile, ...``; a key that was
+renamed names its new key (``trainer.eval_max_words was renamed to trainer.eval_max_examples``).
 
 Types are strict, never coerced: Hydra parses ``seed=abc`` and ``data.keep_stress=maybe`` as
 strings and ``logger.project=3`` as an integer, and each of these is an error (a string that
@@ -31,6 +32,7 @@ from model.config import ModelConfig, NormConfig
 from model.telemetry import TelemetryConfig
 from training.evaluate import DecodeConfig
 from training.optim import DECAYS, INVERSE_SQRT_NEEDS_WARMUP
+from training.renames import renamed_message
 
 DEVICES = ("auto", "cpu", "cuda")
 MODEL_KEYS_NOT_IN_CONFIG = ("src_vocab", "tgt_vocab", "pad_id", "share_embeddings", "norm")
@@ -49,8 +51,7 @@ def _require(ok: bool, key: str, value: object, valid: str) -> None:
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """The ``trainer`` keys (``conf/trainer/default.yaml`` documents each). ``eval_max_examples``
-    and ``test_max_examples`` default to the older ``*_max_words`` keys by interpolation.
+    """The ``trainer`` keys (``conf/trainer/default.yaml`` documents each).
 
     Raises:
         ValueError: an unknown device, a count < 1, a grad_clip or peak_tflops <= 0 (null is
@@ -67,8 +68,6 @@ class TrainerConfig:
     log_every: int
     eval_every: int
     checkpoint_every: int
-    eval_max_words: int | None
-    test_max_words: int | None
     eval_max_examples: int | None
     test_max_examples: int | None
     peak_tflops: float | None
@@ -78,7 +77,7 @@ class TrainerConfig:
             raise ValueError(f"unknown trainer.device {self.device!r}; valid: {', '.join(DEVICES)}")
         for key in ("max_steps", "max_tokens", "grad_accum", "log_every", "eval_every", "checkpoint_every"):
             _require(getattr(self, key) >= 1, f"trainer.{key}", getattr(self, key), "it must be an integer >= 1")
-        for key in ("eval_max_words", "test_max_words", "eval_max_examples", "test_max_examples"):
+        for key in ("eval_max_examples", "test_max_examples"):
             value = getattr(self, key)
             _require(value is None or value >= 1, f"trainer.{key}", value, "it must be null (all) or >= 1")
         clip = self.grad_clip
@@ -218,7 +217,8 @@ def _check_keys(values: dict, schema: type, prefix: str, group: str, skip: tuple
     (``trainer.``), ``group`` names the schema, ``skip`` lists fields that are not config keys.
 
     Raises:
-        ValueError: an unknown key (the message lists the valid ones), a missing key that has
+        ValueError: an unknown key (the message lists the valid ones, or names the new key of a
+            renamed one: ``training.renames``), a missing key that has
             no default, or a value of the wrong type (the message names the expected type).
     """
     fields = [f for f in dataclasses.fields(schema) if f.name not in skip]
@@ -226,6 +226,8 @@ def _check_keys(values: dict, schema: type, prefix: str, group: str, skip: tuple
     valid = [f.name for f in fields]
     for key in values:
         if key not in valid:
+            if renamed := renamed_message(prefix + key):
+                raise ValueError(renamed)
             raise ValueError(f"{prefix}{key} is not a key of {group}; valid keys: {', '.join(valid)}")
     for f in fields:
         key, tp = prefix + f.name, hints[f.name]

@@ -1,0 +1,8 @@
+"""Reading and comparing finished runs, offline: what ``scripts/report.py`` and ``scripts/wandb_workspace.py`` share.
+
+- ``runs``: the :class:`~analysis.runs.Run` record of one run directory, and the task a set of runs is;
+- ``load``: run directories -> runs (never failing on a bad run);
+- ``variants``: runs -> variants (runs that differ only in the seed);
+- ``stats``: a variant's mean curve with its min-max band, mean ± standard error;
+- ``panels``: variants -> the report's charts as plain data (nothing here draws).
+"""

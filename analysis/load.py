@@ -1,0 +1,190 @@
+"""Reading run directories into :class:`~analysis.runs.Run` records, never failing on a bad run.
+
+A run directory is a folder holding ``config.yaml`` and ``metrics.jsonl`` or ``status.json`` (a
+run that failed before training has no metrics; runs written before status.json existed have no
+status). What cannot be read is left empty and noted in ``Run.notes``; only a missing input
+directory or finding no run at all raises :class:`ReportError`.
+"""
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from analysis.runs import Run, finite
+from training.renames import with_current_names
+
+RUN_CONFIG, RUN_RECORDS = "config.yaml", ("metrics.jsonl", "status.json")  # a run dir holds the first and one of the others
+SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; not searched
+# Scalar series kept from metrics.jsonl; telemetry is reduced on reading (see _BLOCK_RMS, _BLOCK_GRAD).
+SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
+_BLOCK_RMS = re.compile(r"act/(enc|dec)\.(\d+)\.out/rms")  # the residual stream leaving block i
+_BLOCK_GRAD = re.compile(r"grad/(enc|dec)\.(\d+)/norm")
+
+
+class ReportError(Exception):
+    """A problem with the report's input as a whole (no such directory, no runs found)."""
+
+
+def find_run_dirs(dirs: Iterable[Path]) -> list[tuple[Path, Path]]:
+    """(run directory, the given directory it was found under) for every run under ``dirs``, sorted,
+    each run once. A run directory is not searched further; ``.hydra``, ``wandb`` and ``report`` never are.
+
+    Raises:
+        ReportError: a given path is not a directory.
+    """
+    found: dict[Path, Path] = {}
+    for top in dirs:
+        if not top.is_dir():
+            raise ReportError(f"no such directory: {str(top)!r}")
+        for root, subdirs, files in os.walk(top):
+            if RUN_CONFIG in files and any(f in files for f in RUN_RECORDS):
+                found.setdefault(Path(root).resolve(), top)
+                subdirs.clear()
+            else:
+                subdirs[:] = sorted(d for d in subdirs if d not in SKIP_DIRS and not d.startswith("."))
+    return sorted(found.items())
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> {"a.b.c": leaf}; lists become tuples so that values compare and hash."""
+    if isinstance(tree, dict):
+        flat: dict[str, Any] = {}
+        for key, value in tree.items():
+            flat.update(flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: _freeze(tree)}
+
+
+def _freeze(value: Any) -> Any:
+    """Lists -> tuples, dicts -> sorted item tuples, recursively (hashable, comparable)."""
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The flattened config of ``path`` (config.yaml), with today's names for renamed keys (``training.renames``),
+    so a run written before a rename groups with runs written after it. Raises whatever OmegaConf/YAML raise
+    on a bad file."""
+    cfg = OmegaConf.load(path)
+    try:
+        tree = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # an interpolation that does not resolve outside Hydra: keep it as written
+        tree = OmegaConf.to_container(cfg, resolve=False)
+    return flatten(with_current_names(tree)) if isinstance(tree, dict) else {}
+
+
+def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
+    """Fill ``run.series``, ``run.rms`` and ``run.grad`` from metrics.jsonl at ``path``.
+
+    Unparsable lines (a truncated last line of a killed run) are skipped and counted in ``run.notes``.
+    Decoder block i sits at depth ``n_enc + i``; when ``n_enc`` is None it is taken from the data.
+    """
+    bad = 0
+    raw: dict[str, dict[int, dict[tuple[str, int], float]]] = {"rms": {}, "grad": {}}
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                bad += 1
+                continue
+            _add_row(row, run.series, raw)
+    if bad:
+        run.notes.append(f"{bad} unparsable line{'s' * (bad > 1)} in metrics.jsonl")
+    if not run.series and not raw["rms"]:
+        run.notes.append("no metrics logged")
+    if n_enc is None:
+        n_enc = 1 + max((i for rec in raw["rms"].values() for s, i in rec if s == "enc"), default=-1)
+    for name, records in raw.items():
+        profiles = {step: {i + (n_enc if s == "dec" else 0): v for (s, i), v in rec.items()} for step, rec in records.items()}
+        setattr(run, name, profiles)
+
+
+def _add_row(row: dict[str, Any], series: dict, raw: dict) -> None:
+    """Sort one metrics.jsonl row into scalar series and per-block telemetry (finite values only)."""
+    step = row["step"]
+    for key, value in row.items():
+        if key.startswith(SERIES_PREFIXES):
+            series.setdefault(key, []).append((step, finite(value)))
+        elif key.startswith(("act/", "grad/")) and (value := finite(value)) is not None:
+            for name, pattern in (("rms", _BLOCK_RMS), ("grad", _BLOCK_GRAD)):
+                if m := pattern.fullmatch(key):
+                    raw[name].setdefault(step, {})[(m.group(1), int(m.group(2)))] = value
+
+
+def read_status(path: Path, run: Run) -> None:
+    """Set ``run.status`` from status.json at ``path`` if it exists and parses; else note why not."""
+    if not path.is_file():
+        run.notes.append("no status.json")
+        return
+    try:
+        status = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        run.notes.append(f"unreadable status.json ({type(e).__name__})")
+        return
+    if isinstance(status, dict):
+        run.status = status
+        if status.get("error"):
+            run.notes.append(f"error: {status['error']}")
+    else:
+        run.notes.append("status.json is not an object")
+
+
+def load_run(path: Path, label: str) -> Run:
+    """Read one run directory. Never raises for a bad run: what cannot be read is left empty and noted."""
+    run = Run(path=path, label=label)
+    try:
+        run.config = read_config(path / "config.yaml")
+    except Exception as e:  # any YAML/OmegaConf error: the run still shows in the table
+        run.notes.append(f"unreadable config.yaml ({type(e).__name__})")
+    n_enc = run.config.get("model.n_enc_layers")
+    try:
+        if (path / "metrics.jsonl").exists():
+            read_metrics(path / "metrics.jsonl", run, n_enc if isinstance(n_enc, int) else None)
+        else:
+            run.notes.append("no metrics.jsonl: stopped before training")
+    except OSError as e:
+        run.notes.append(f"unreadable metrics.jsonl ({e.strerror})")
+    read_status(path / "status.json", run)
+    return run
+
+
+def run_label(run_dir: Path, top: Path, several_tops: bool) -> str:
+    """The run's name on the page: its path below the given directory (prefixed by that directory's name
+    when several were given), or the directory's own name for a run given directly."""
+    top = top.resolve()
+    rel = run_dir.relative_to(top).as_posix() if run_dir != top else ""
+    if not rel:
+        return top.name
+    return f"{top.name}/{rel}" if several_tops else rel
+
+
+def load_runs(dirs: list[Path], progress: Any = None) -> list[Run]:
+    """Every run under ``dirs`` (see :func:`find_run_dirs`), read with :func:`load_run`.
+
+    Args:
+        progress: wraps the list of run directories (e.g. ``tqdm``) to show reading progress; optional.
+
+    Raises:
+        ReportError: a path is not a directory, or no run directory was found under any of them.
+    """
+    found = find_run_dirs(dirs)
+    if not found:
+        names = ", ".join(repr(str(d)) for d in dirs)
+        raise ReportError(f"no run directories (folders holding {RUN_CONFIG} and {' or '.join(RUN_RECORDS)}) under {names}")
+    several = len({top for _, top in found}) > 1 or len(dirs) > 1
+    items = progress(found) if progress else found
+    return [load_run(path, run_label(path, top, several)) for path, top in items]

@@ -1,0 +1,149 @@
+"""The report's charts as plain data: :func:`build_panels` returns :class:`Panel` / :class:`Line` records
+that ``scripts/report.py`` renders twice, once with plotly (the HTML page) and once with matplotlib (PNGs).
+
+Nothing here draws. Each variant gets a mean curve drawn only where every run has a finite value
+(:func:`analysis.stats.mean_band`), and each diverged run a marker at its last finite point
+(:func:`divergence_marks`).
+"""
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.runs import TASKS
+from analysis.stats import Values, mean_band
+from analysis.variants import Variant, averaged_runs
+
+DASHES = ("dot", "dash", "solid")  # profile lines, earliest step first
+
+
+@dataclass
+class Line:
+    """One curve of a panel. ``role``: ``run`` (one run), ``mean`` (a variant's mean over its runs, with
+    ``lo``/``hi`` the min-max band), ``diverged`` (one point: where a diverged run stopped) or ``profile``
+    (a variant's value vs depth at one step). ``hover``: a text per point (e.g. ``n = 2 of 3``), or None."""
+
+    name: str
+    variant: str
+    role: str
+    x: list[float]
+    y: list[float | None]
+    lo: list[float | None] | None = None
+    hi: list[float | None] | None = None
+    dash: str = "solid"
+    hover: list[str] | None = None
+
+    @property
+    def isolated(self) -> list[int]:
+        """Indices of finite points with no finite neighbour: a line through them draws nothing, so the
+        renderers put a marker there (one evaluation in a run, or a mean complete at a single step)."""
+        present = [False, *(v is not None and math.isfinite(v) for v in self.y), False]  # padded: no neighbour off the ends
+        return [i - 1 for i in range(1, len(present) - 1) if present[i] and not present[i - 1] and not present[i + 1]]
+
+
+@dataclass
+class Panel:
+    """A chart: ``key`` is its file stem (``loss`` -> loss.png); ``note`` explains an empty chart;
+    ``integer_x``: x is a block index (integer ticks)."""
+
+    key: str
+    title: str
+    xlabel: str
+    ylabel: str
+    lines: list[Line]
+    log_y: bool = False
+    note: str = ""
+    integer_x: bool = False
+
+
+def pick_steps(steps: Iterable[int], n: int) -> list[int]:
+    """Up to ``n`` of ``steps``: the first, the last and evenly spaced ones between (sorted, unique)."""
+    ordered = sorted(set(steps))
+    if len(ordered) <= n:
+        return ordered
+    return sorted({ordered[round(j * (len(ordered) - 1) / (n - 1))] for j in range(n)})
+
+
+def profile_lines(variant: Variant, attr: str, n_steps: int) -> Iterator[Line]:
+    """One line per chosen telemetry step of ``variant``: value vs depth, the mean over the runs recorded
+    at that step; its name ends in ``(n = k of N)`` when only k of the variant's N averaged runs were.
+    ``attr`` is ``rms`` or ``grad`` (see :class:`Run`)."""
+    records = [getattr(r, attr) for r in averaged_runs(variant.runs)]
+    chosen = pick_steps((s for rec in records for s in rec), min(n_steps, len(DASHES)))
+    for j, step in enumerate(chosen):
+        per_depth: dict[int, list[float]] = {}
+        for rec in records:
+            for depth, value in rec.get(step, {}).items():
+                per_depth.setdefault(depth, []).append(value)
+        depths = sorted(per_depth)
+        dash = DASHES[len(DASHES) - len(chosen) + j]  # the last step solid, earlier ones dashed
+        k = sum(step in rec for rec in records)
+        count = f" (n = {k} of {len(records)})" if k < len(records) else ""
+        yield Line(f"{variant.label} @ step {step}{count}", variant.label, "profile", depths,
+                   [float(np.mean(per_depth[d])) for d in depths], dash=dash)  # fmt: skip
+
+
+def mean_line(variant: Variant, metric: str, scale: float) -> Line:
+    """The variant's mean curve with its min-max band (see :func:`mean_band`); each point's hover says ``n = k of N``."""
+    runs = averaged_runs(variant.runs)
+    steps, mean, lo, hi, n = mean_band(runs, metric)
+    left_out = len(variant.runs) - len(runs)
+    name = f"{variant.label} (mean of {len(runs)}" + (f"; {left_out} logged nothing)" if left_out else ")")
+    return Line(name, variant.label, "mean", steps, _scaled(mean, scale), _scaled(lo, scale), _scaled(hi, scale),
+                hover=[f"n = {k} of {len(runs)}" for k in n])  # fmt: skip
+
+
+def divergence_marks(variant: Variant, metric: str, scale: float) -> Iterator[Line]:
+    """A one-point ``diverged`` line per diverged run of ``variant``: its last finite value of ``metric`` at or
+    before the divergence step (none when it has no such value)."""
+    for run in variant.runs:
+        if not run.diverged:
+            continue
+        at = run.diverged_at
+        points = [(s, v) for s, v in run.series.get(metric, []) if v is not None and (at is None or s <= at)]
+        if points:
+            step, value = points[-1]
+            text = f"{run.label}: diverged at step {at if at is not None else '?'}"
+            yield Line(text, variant.label, "diverged", [step], [value * scale], hover=[text])
+
+
+def _scaled(values: Values, scale: float) -> Values:
+    return [None if v is None else v * scale for v in values]
+
+
+def curve_panel(variants: list[Variant], key: str, metric: str, title: str, ylabel: str, scale: float = 1.0) -> Panel:
+    """Metric vs step: one thin line per run (every run, even one with no values), per variant the mean over
+    its runs with a min-max band (:func:`mean_line`), and a marker where each diverged run stopped.
+    Values are multiplied by ``scale``."""
+    lines = []
+    for variant in variants:
+        for run in variant.runs:
+            points = run.series.get(metric, [])
+            lines.append(Line(run.label, variant.label, "run", [s for s, _ in points], _scaled([v for _, v in points], scale)))
+        lines.append(mean_line(variant, metric, scale))
+        lines.extend(divergence_marks(variant, metric, scale))
+    has_data = any(v is not None for line in lines for v in line.y)
+    return Panel(key, title, "training step", ylabel, lines, note="" if has_data else f"no run logged {metric}")
+
+
+def depth_panel(variants: list[Variant], key: str, attr: str, n_steps: int, title: str, ylabel: str) -> Panel:
+    """Telemetry vs depth (encoder blocks, then decoder blocks) at ``n_steps`` steps per variant, log scale."""
+    lines = [line for v in variants for line in profile_lines(v, attr, n_steps)]
+    note = "" if lines else "no telemetry recorded (telemetry=off?)"
+    return Panel(key, title, "block (encoder, then decoder)", ylabel, lines, log_y=True, note=note, integer_x=True)
+
+
+def build_panels(variants: list[Variant], task: str) -> list[Panel]:
+    """The report's charts, in page order (see the module docstring of report.py)."""
+    val_metric, _, scale = TASKS[task]
+    name = val_metric.split("/")[1]
+    unit = " (%)" if scale != 1.0 else ""
+    return [
+        curve_panel(variants, "loss", "train/loss", "Training loss", "train loss"),
+        curve_panel(variants, "val_loss", "val/loss", "Validation loss", "valid loss"),
+        curve_panel(variants, f"val_{name}", val_metric, f"Validation {name.upper()}", f"valid {name.upper()}{unit}", scale),
+        depth_panel(variants, "rms_vs_depth", "rms", 3, "Residual RMS vs depth (first, middle, last record)", "block output RMS"),
+        depth_panel(variants, "grad_vs_depth", "grad", 2, "Gradient norm vs depth (first, last record)", "block gradient norm"),
+    ]

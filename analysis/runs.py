@@ -1,0 +1,137 @@
+"""One run directory, reduced to what a report shows: the :class:`Run` record, and which task a set of runs is.
+
+A run is read by ``analysis.load``; its properties answer the questions a report asks of it
+(finished? diverged, at which step? final and best metrics, throughput) from ``status.json``
+when present, else from ``metrics.jsonl`` (runs written before status.json existed).
+"""
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.status import STATES
+
+# status.json "error" of a diverged run, as train.py's NonFiniteLossError words it: "non-finite training loss at step 31; ..."
+_DIVERGED_AT = re.compile(r"non-finite [\w ]*loss at step (\d+)")
+TASKS = {  # task -> (validation metric, test metrics, scale to display: fractions are shown in %)
+    "g2p": ("val/per", ("test/per", "test/wer"), 100.0),
+    "translation": ("val/bleu", ("test/bleu", "test/chrf"), 1.0),
+}
+
+
+@dataclass
+class Run:
+    """One run directory, reduced to what the report shows.
+
+    Attributes:
+        path: the run directory.
+        label: its name on the page (path relative to the directory given on the command line).
+        config: the flattened config (``norm.kind`` -> ``"rmsnorm"``); empty if unreadable.
+        series: metric -> [(step, value or None)] for ``train/``, ``val/``, ``test/``, ``perf/`` metrics.
+        rms: telemetry step -> depth -> RMS of the residual stream leaving that block.
+        grad: telemetry step -> depth -> gradient norm of that block.
+        status: the parsed ``status.json``, or None when absent or unreadable.
+        notes: problems met while reading (shown in the table).
+    """
+
+    path: Path
+    label: str
+    config: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[tuple[int, float | None]]] = field(default_factory=dict)
+    rms: dict[int, dict[int, float]] = field(default_factory=dict)
+    grad: dict[int, dict[int, float]] = field(default_factory=dict)
+    status: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("seed")
+
+    @property
+    def diverged(self) -> bool:
+        """status.json says so, or a logged train or valid loss is null (non-finite)."""
+        if self.status_state == "diverged":
+            return True
+        return any(v is None for key in ("train/loss", "val/loss") for _, v in self.series.get(key, []))
+
+    @property
+    def diverged_at(self) -> int | None:
+        """The step whose loss went non-finite: from status.json's error message, else the first step with a
+        null train or valid loss; None for a run that did not diverge (or whose step is unknown)."""
+        if not self.diverged:
+            return None
+        if m := _DIVERGED_AT.search(str((self.status or {}).get("error") or "")):
+            return int(m.group(1))
+        bad = [s for key in ("train/loss", "val/loss") for s, v in self.series.get(key, []) if v is None]
+        return min(bad, default=None)
+
+    @property
+    def finished(self) -> bool:
+        """status.json says ``finished``; a run without status.json counts when it reached ``max_steps`` without
+        diverging. Only finished runs enter a variant's means in the report's table."""
+        if self.status_state != "unknown":
+            return self.status_state == "finished"
+        return not self.diverged and self.max_steps is not None and self.last_step == self.max_steps
+
+    @property
+    def status_state(self) -> str:
+        """``state`` from status.json, or ``unknown`` (no status.json: crashed, killed or an old run)."""
+        state = (self.status or {}).get("state")
+        return state if state in STATES else "unknown"
+
+    @property
+    def last_step(self) -> int | None:
+        """The step reached: status.json's, else the largest step in metrics.jsonl."""
+        if isinstance((self.status or {}).get("step"), int):
+            return self.status["step"]
+        steps = [s for points in self.series.values() for s, _ in points]
+        return max(steps, default=None)
+
+    @property
+    def max_steps(self) -> int | None:
+        value = (self.status or {}).get("max_steps", self.config.get("trainer.max_steps"))
+        return value if isinstance(value, int) else None
+
+    def final(self, metric: str) -> float | None:
+        """A test metric (``test/per``): status.json's ``test`` entry, else its last finite value in metrics.jsonl."""
+        test = (self.status or {}).get("test")
+        test = test if isinstance(test, dict) else {}
+        if finite(test.get(metric)) is not None:
+            return float(test[metric])
+        values = [v for _, v in self.series.get(metric, []) if v is not None]
+        return values[-1] if values else None
+
+    def best(self, metric: str, lower_is_better: bool = True) -> float | None:
+        """The best finite value of ``metric`` over the run, or None."""
+        values = [v for _, v in self.series.get(metric, []) if v is not None]
+        return (min if lower_is_better else max)(values) if values else None
+
+    @property
+    def wall_s(self) -> float | None:
+        return finite((self.status or {}).get("wall_s"))
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """status.json's throughput, else the median of the logged ``perf/tokens_per_s``."""
+        value = finite((self.status or {}).get("tokens_per_s"))
+        if value is not None:
+            return value
+        logged = [v for _, v in self.series.get("perf/tokens_per_s", []) if v is not None]
+        return float(np.median(logged)) if logged else None
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float if it is a finite number (not bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def detect_task(runs: list[Run]) -> str:
+    """``translation`` when any run logged BLEU, else ``g2p`` (PER/WER)."""
+    has_bleu = any(k in r.series or r.final(k) is not None for r in runs for k in ("val/bleu", "test/bleu"))
+    return "translation" if has_bleu else "g2p"

@@ -1,0 +1,58 @@
+"""Config keys that were renamed: the one-line error naming the new key, and old configs read with today's names.
+
+One name per setting: an old name is not an alias. A run that sets one (on the command line, in a
+preset file) stops with ``trainer.eval_max_words was renamed to trainer.eval_max_examples``. Configs
+saved before a rename (a checkpoint's ``config``, a run dir's ``config.yaml``) are read with the new
+names (:func:`with_current_names`), so resuming an old run and reporting old runs next to new ones
+work unchanged. Plain data only (no torch, no Hydra): ``analysis/`` imports it.
+"""
+
+import copy
+from typing import Any
+
+RENAMED = {  # old dotted key -> new dotted key
+    "trainer.eval_max_words": "trainer.eval_max_examples",
+    "trainer.test_max_words": "trainer.test_max_examples",
+}
+
+
+def renamed_message(key: str) -> str | None:
+    """``<key> was renamed to <new key>`` for a renamed dotted ``key``, else None."""
+    return f"{key} was renamed to {RENAMED[key]}" if key in RENAMED else None
+
+
+def renamed_override(args: list[str]) -> str | None:
+    """The rename message of the first command-line override in ``args`` that sets a renamed key
+    (``trainer.eval_max_words=100``, also with ``+``/``++``/``~``), else None. Hydra would reject
+    such an override itself (``Key 'eval_max_words' is not in struct``) without naming the new key."""
+    for arg in args:
+        if (message := renamed_message(arg.lstrip("+~").split("=", 1)[0])) is not None:
+            return message
+    return None
+
+
+def with_current_names(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a nested dict, e.g. a checkpoint's resolved config) with each renamed key moved to
+    its new name; a new key already present keeps its value (configs saved while both names existed
+    held the same value under each). The input is not modified."""
+    out = copy.deepcopy(config)
+    for old, new in RENAMED.items():
+        parent, leaf = _parent(out, old, create=False)
+        if parent is not None and leaf in parent:
+            value = parent.pop(leaf)
+            new_parent, new_leaf = _parent(out, new, create=True)
+            new_parent.setdefault(new_leaf, value)
+    return out
+
+
+def _parent(tree: dict[str, Any], dotted: str, create: bool) -> tuple[dict[str, Any] | None, str]:
+    """(the dict holding ``dotted``'s last part, that part); None when a dict on the way is missing
+    and ``create`` is False (with ``create``, missing dicts are added)."""
+    *path, leaf = dotted.split(".")
+    for key in path:
+        if not isinstance(tree.get(key), dict):
+            if not create:
+                return None, leaf
+            tree[key] = {}
+        tree = tree[key]
+    return tree, leaf
