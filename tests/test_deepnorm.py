@@ -55,7 +55,7 @@ def test_tied_deepnorm_starts_by_predicting_the_input_token():
 
 def final_losses(tmp_path, *overrides: str) -> tuple[float, float]:
     """(train loss over the last 10 steps, validation loss) after ``trainer=short`` (200 steps)."""
-    train_module.train(make_cfg("trainer=short", "trainer.test_max_words=100", *overrides), tmp_path)
+    train_module.train(make_cfg("trainer=short", "trainer.test_max_examples=100", *overrides), tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if "train/loss" in r][-1]["train/loss"], [r for r in rows if "val/loss" in r][-1]["val/loss"]
 
