@@ -9,6 +9,12 @@ Incremental decoding passes a :class:`KVCache`: self-attention appends the new k
 it, so step t projects one token and attends over t keys (O(t) per step instead of
 recomputing the whole prefix, O(t^2)); cross-attention fills it from the memory on the first
 call and reuses it after.
+
+Norm sites: optional per-head norms over K on the queries, keys and values (``q_norm``,
+``k_norm``, ``v_norm``; ``nn.Identity`` when off), applied after the head split and before the
+scores, as QK-norm (Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters",
+arXiv 2302.05442, paragraph "QK Normalization": LayerNorm on q and k). Keys and values are
+normalized before they enter the cache, so the cross-attention's are normalized once per source.
 """
 
 from dataclasses import dataclass
@@ -16,6 +22,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# Norm kinds offered at the attention norm sites (``norm.qk``, ``norm.v``), over d_head.
+ATTENTION_NORM_KINDS = ("none", "layernorm", "rmsnorm")
 
 
 @dataclass
@@ -43,9 +52,21 @@ class MultiHeadAttention(nn.Module):
         n_heads: H; D must be divisible by H (checked by ``ModelConfig``).
         dropout: dropout probability on the attention weights (training only).
         causal: mask future keys (decoder self-attention).
+        q_norm, k_norm, v_norm: per-head norms over K = D // H on the queries, keys and values
+            (weights shared by the heads); None: ``nn.Identity``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float, *, causal: bool = False) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        *,
+        causal: bool = False,
+        q_norm: nn.Module | None = None,
+        k_norm: nn.Module | None = None,
+        v_norm: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.dropout = dropout
@@ -54,9 +75,16 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
+        self.q_norm = nn.Identity() if q_norm is None else q_norm
+        self.k_norm = nn.Identity() if k_norm is None else k_norm
+        self.v_norm = nn.Identity() if v_norm is None else v_norm
         # Named identity taps: telemetry hooks read q and k here instead of recomputing them.
         self.q_tap = nn.Identity()
         self.k_tap = nn.Identity()
+
+    def linear_roles(self) -> dict[str, nn.Linear]:
+        """The projections by role, for init rules (``model.placements``)."""
+        return {"attn.q": self.q_proj, "attn.k": self.k_proj, "attn.v": self.v_proj, "attn.out": self.out_proj}
 
     def forward(
         self,
@@ -73,7 +101,7 @@ class MultiHeadAttention(nn.Module):
             key_pad_mask: (B, S) bool, True at padding keys; None attends to every key.
             cache: incremental decoding state, updated in place. Self-attention: ``x`` holds the
                 T positions after the P cached ones and attends to all P + T. Cross-attention:
-                the memory's keys/values are projected on the first call only.
+                the memory's keys/values are projected (and normalized) on the first call only.
 
         Returns:
             (B, T, D).
@@ -81,14 +109,14 @@ class MultiHeadAttention(nn.Module):
         kv = x if memory is None else memory
         B, T, D = x.shape
         H, K = self.n_heads, D // self.n_heads
-        q = self.q_tap(self.q_proj(x).view(B, T, H, K).transpose(1, 2))  # (B, H, T, K)
+        q = self.q_tap(self.q_norm(self.q_proj(x).view(B, T, H, K).transpose(1, 2)))  # (B, H, T, K)
         past = 0 if cache is None or memory is not None else len(cache)
         if cache is not None and memory is not None and cache.k is not None:
-            k, v = cache.k, cache.v  # (B, H, S, K), projected from the memory at the first step
+            k, v = cache.k, cache.v  # (B, H, S, K), projected (and normalized) from the memory at the first step
         else:
             S = kv.shape[1]
-            k = self.k_proj(kv).view(B, S, H, K).transpose(1, 2)  # (B, H, S, K)
-            v = self.v_proj(kv).view(B, S, H, K).transpose(1, 2)  # (B, H, S, K)
+            k = self.k_norm(self.k_proj(kv).view(B, S, H, K).transpose(1, 2))  # (B, H, S, K)
+            v = self.v_norm(self.v_proj(kv).view(B, S, H, K).transpose(1, 2))  # (B, H, S, K)
             if cache is not None:
                 if past:
                     k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)  # (B, H, P + T, K)

@@ -1,32 +1,43 @@
 """Typed, strict model configuration: validated at construction, saved in every checkpoint.
 
 Imports without Hydra: ``train.py`` turns the Hydra config into these dataclasses.
+
+The norm is planned per block: ``NormConfig``'s keys set every block, ``NormConfig.blocks``
+overrides chosen blocks, and ``NormConfig.spec(stack, index)`` resolves one block's
+:class:`NormSpec` (see docs/norms.md, "Placement records and per-layer plans").
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from model.norms import check_norm
-from model.residual import check_placement
+from torch import nn
+
+from model.attention import ATTENTION_NORM_KINDS
+from model.norms import build_norm, check_norm
+from model.placements import STACKS, check_placement
 
 POSITIONS = ("sinusoidal", "learned")
 
 
 @dataclass(frozen=True)
-class NormConfig:
-    """The three normalization axes plus eps and bias (see DESIGN.md sec. 3).
+class NormSpec:
+    """The norm of one block: the three normalization axes, eps and bias (DESIGN.md sec. 3), and
+    the norms inside its attention.
 
     Attributes:
         kind: ``model.norms.NORM_KINDS``.
         impl: ``custom`` or ``native`` (layernorm and rmsnorm only).
-        placement: ``model.residual.PLACEMENTS``.
+        placement: ``model.placements.PLACEMENTS``.
         eps: numerical-stability constant of the norm.
         bias: layernorm and dyt learn a shift (beta); ignored by kinds without one.
+        qk: per-head norm on the queries and keys of every attention in the block, over d_head
+            (``model.attention.ATTENTION_NORM_KINDS``); None: off. Uses this spec's impl, eps, bias.
+        v: the same on the values; None: off.
 
     Raises:
-        ValueError: unknown kind, impl or placement, or an impossible combination (native
-            scalenorm, dyt after the residual addition): the message lists the valid ones;
-            eps <= 0.
+        ValueError: unknown kind, impl, placement or attention norm kind, or an impossible
+            combination (native scalenorm, dyt after the residual addition): the message lists
+            the valid ones; eps not a number > 0.
     """
 
     kind: str = "layernorm"
@@ -34,12 +45,121 @@ class NormConfig:
     placement: str = "pre"
     eps: float = 1e-5
     bias: bool = True
+    qk: str | None = None
+    v: str | None = None
 
     def __post_init__(self) -> None:
         check_norm(self.kind, self.impl)
         check_placement(self.placement, self.kind)
-        if not self.eps > 0:
+        if isinstance(self.eps, bool) or not isinstance(self.eps, int | float) or not self.eps > 0:
             raise ValueError(f"norm.eps must be > 0, got {self.eps!r}")
+        for key in ("qk", "v"):
+            value = getattr(self, key)
+            if value is not None and value not in ATTENTION_NORM_KINDS:
+                raise ValueError(f"unknown norm.{key} {value!r}; valid: null (off), {', '.join(ATTENTION_NORM_KINDS)}")
+
+    def build(self, dim: int, kind: str | None = None) -> nn.Module:
+        """This spec's norm (or the norm ``kind``, e.g. ``self.qk``, with this spec's impl, eps and
+        bias) over a last dimension of size ``dim``; see ``model.norms.build_norm``."""
+        return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias)
+
+
+_SPEC_KEYS = tuple(f.name for f in fields(NormSpec))
+
+
+@dataclass(frozen=True)
+class BlockNorm:
+    """One entry of ``norm.blocks``: the spec keys it sets (None: keep) in the blocks it covers.
+
+    Attributes:
+        stack: ``enc`` or ``dec``; None: both.
+        layers: 0-based layer indices in the stack; None: every layer.
+        kind, impl, placement, eps, bias, qk, v: as in :class:`NormSpec`; None keeps the value
+            set by the ``norm.*`` keys (to turn an attention norm off, give ``none``).
+    """
+
+    stack: str | None = None
+    layers: tuple[int, ...] | None = None
+    kind: str | None = None
+    impl: str | None = None
+    placement: str | None = None
+    eps: float | None = None
+    bias: bool | None = None
+    qk: str | None = None
+    v: str | None = None
+
+    def covers(self, stack: str, index: int) -> bool:
+        """Whether this entry applies to layer ``index`` of ``stack``."""
+        return self.stack in (None, stack) and (self.layers is None or index in self.layers)
+
+    def changes(self) -> dict[str, Any]:
+        """The spec keys this entry sets."""
+        return {key: getattr(self, key) for key in _SPEC_KEYS if getattr(self, key) is not None}
+
+
+def _block_entry(i: int, entry: Any) -> BlockNorm:
+    """``norm.blocks[i]`` as a :class:`BlockNorm`; raises ValueError naming the bad key or value."""
+    key = f"norm.blocks[{i}]"
+    valid = [f.name for f in fields(BlockNorm)]
+    if isinstance(entry, BlockNorm):
+        entry = asdict(entry)
+    if not isinstance(entry, dict):
+        raise ValueError(f"{key}={entry!r} is invalid; expected a mapping with keys from: {', '.join(valid)}")
+    for name in entry:
+        if name not in valid:
+            raise ValueError(f"{key}.{name} is not a key of a norm.blocks entry; valid keys: {', '.join(valid)}")
+    stack, layers = entry.get("stack"), entry.get("layers")
+    if stack is not None and stack not in STACKS:
+        raise ValueError(f"unknown {key}.stack {stack!r}; valid: null (both), {', '.join(STACKS)}")
+    if layers is not None and not (
+        isinstance(layers, list | tuple) and all(isinstance(j, int) and not isinstance(j, bool) and j >= 0 for j in layers)
+    ):
+        raise ValueError(f"{key}.layers={layers!r} is invalid; expected a list of layer indices >= 0 (null: every layer)")
+    block = BlockNorm(**{**entry, "layers": None if layers is None else tuple(layers)})
+    if not block.changes():
+        raise ValueError(f"{key} changes nothing; give at least one of: {', '.join(_SPEC_KEYS)}")
+    return block
+
+
+@dataclass(frozen=True)
+class NormConfig(NormSpec):
+    """The ``norm`` config: the :class:`NormSpec` keys set every block; ``blocks`` overrides some.
+
+    Attributes:
+        blocks: :class:`BlockNorm` entries (or their dicts, as from YAML), applied in order (a later
+            entry wins where two cover a block); None: every block uses the ``norm.*`` keys.
+
+    Raises:
+        ValueError: a bad ``norm.*`` value (see :class:`NormSpec`), or a bad ``norm.blocks``
+            entry: not a mapping, an unknown key, stack or layer index, an entry that changes
+            nothing, or a combination its blocks cannot take (the message names the entry).
+    """
+
+    blocks: tuple[BlockNorm, ...] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.blocks is not None and not isinstance(self.blocks, list | tuple):
+            raise ValueError(f"norm.blocks={self.blocks!r} is invalid; expected a list of mappings or null")
+        if not self.blocks:  # an empty list is no override: None, so the saved config matches an old checkpoint's
+            object.__setattr__(self, "blocks", None)
+            return
+        blocks = tuple(_block_entry(i, entry) for i, entry in enumerate(self.blocks))
+        object.__setattr__(self, "blocks", blocks)
+        base = {key: getattr(self, key) for key in _SPEC_KEYS}
+        for i, block in enumerate(blocks):
+            try:
+                NormSpec(**{**base, **block.changes()})
+            except ValueError as err:
+                raise ValueError(f"norm.blocks[{i}]: {err}") from None
+
+    def spec(self, stack: str, index: int) -> NormSpec:
+        """The resolved norm of layer ``index`` (0-based) of ``stack`` (``enc`` or ``dec``)."""
+        values = {key: getattr(self, key) for key in _SPEC_KEYS}
+        for block in self.blocks or ():
+            if block.covers(stack, index):
+                values.update(block.changes())
+        return NormSpec(**values)
 
 
 @dataclass(frozen=True)
@@ -64,11 +184,12 @@ class ModelConfig:
         tie_embeddings: tie the output projection to the target embedding.
         share_embeddings: one embedding matrix for source and target (a joint vocabulary;
             requires src_vocab == tgt_vocab). Set from the data, not a Hydra key.
-        norm: the normalization axes.
+        norm: the normalization axes, planned per block (``norm.spec(stack, index)``).
 
     Raises:
         ValueError: a size out of range, d_model not divisible by n_heads, an unknown
-            positions kind (the message names the value and the valid range or choices).
+            positions kind, a ``norm.blocks`` layer index past its stack (the message names the
+            value and the valid range or choices).
     """
 
     src_vocab: int
@@ -108,6 +229,16 @@ class ModelConfig:
             raise ValueError(f"share_embeddings needs one vocabulary, got src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}")
         if self.positions not in POSITIONS:
             raise ValueError(f"unknown model.positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
+        self._check_block_layers()
+
+    def _check_block_layers(self) -> None:
+        n_layers = {"enc": ("n_enc_layers", self.n_enc_layers), "dec": ("n_dec_layers", self.n_dec_layers)}
+        for i, block in enumerate(self.norm.blocks or ()):
+            for stack in STACKS if block.stack is None else (block.stack,):
+                key, n = n_layers[stack]
+                past = [j for j in block.layers or () if j >= n]
+                if past:
+                    raise ValueError(f"norm.blocks[{i}].layers has {past[0]}, but model.{key}={n}; valid: 0..{n - 1}")
 
     @property
     def attn_dropout_p(self) -> float:

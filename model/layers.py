@@ -1,4 +1,7 @@
-"""Encoder and decoder layers: sublayers wrapped in ``Residual`` at the configured placement.
+"""Encoder and decoder layers: sublayers wrapped in ``Residual`` at each block's planned norm.
+
+Layer ``index`` of a stack takes its norm from ``cfg.norm.spec(stack, index)`` (kind, impl,
+placement, eps, bias, attention norms); the placement record supplies the residual scale.
 
 Shape legend: B batch, S src length, T tgt length, D d_model, F d_ff.
 """
@@ -7,15 +10,9 @@ import torch
 from torch import nn
 
 from model.attention import KVCache, MultiHeadAttention
-from model.config import ModelConfig
-from model.residual import Residual, deepnorm_constants
-
-
-def residual_alpha(cfg: ModelConfig, stack: str) -> float:
-    """The residual scale of ``stack`` (``enc`` or ``dec``): DeepNet's alpha, else 1."""
-    if cfg.norm.placement != "deepnorm":
-        return 1.0
-    return deepnorm_constants(cfg.n_enc_layers, cfg.n_dec_layers)[stack][0]
+from model.config import ModelConfig, NormSpec
+from model.placements import PLACEMENTS
+from model.residual import Residual
 
 
 class FeedForward(nn.Module):
@@ -31,19 +28,41 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(cfg.act_dropout_p)
         self.linear2 = nn.Linear(cfg.d_ff, cfg.d_model)
 
+    def linear_roles(self) -> dict[str, nn.Linear]:
+        """The matrices by role, for init rules (``model.placements``)."""
+        return {"ffn.in": self.linear1, "ffn.out": self.linear2}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
 
 
-class EncoderLayer(nn.Module):
-    """Self-attention then FFN, each in a residual connection. (B, S, D) -> (B, S, D)."""
+def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> MultiHeadAttention:
+    """A ``MultiHeadAttention`` with the norm sites ``spec.qk`` / ``spec.v`` over d_head (None: off)."""
+    d_head = cfg.d_model // cfg.n_heads
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def site(kind: str | None) -> nn.Module | None:
+        return None if kind is None else spec.build(d_head, kind)
+
+    norms = {"q_norm": site(spec.qk), "k_norm": site(spec.qk), "v_norm": site(spec.v)}
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, **norms)
+
+
+def residual(cfg: ModelConfig, spec: NormSpec, stack: str, branch: nn.Module) -> Residual:
+    """``branch`` in a residual connection at ``spec``'s placement, its norms built from ``spec``."""
+    placement = PLACEMENTS[spec.placement]
+    alpha = placement.residual_scale(stack, cfg.n_enc_layers, cfg.n_dec_layers)
+    return Residual(branch, placement, lambda: spec.build(cfg.d_model), cfg.dropout, alpha)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each in a residual connection; the norm is layer ``index``'s
+    (0-based) of the encoder plan. (B, S, D) -> (B, S, D)."""
+
+    def __init__(self, cfg: ModelConfig, index: int = 0) -> None:
         super().__init__()
-        attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p)
-        alpha = residual_alpha(cfg, "enc")
-        self.self_attn = Residual(attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)
-        self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout, alpha)
+        spec = cfg.norm.spec("enc", index)
+        self.self_attn = residual(cfg, spec, "enc", attention(cfg, spec))
+        self.ffn = residual(cfg, spec, "enc", FeedForward(cfg))
 
     def forward(self, x: torch.Tensor, src_pad_mask: torch.Tensor | None) -> torch.Tensor:
         """x: (B, S, D); src_pad_mask: (B, S) bool, True at padding."""
@@ -52,20 +71,20 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention to memory, then FFN. (B, T, D) -> (B, T, D).
+    """Causal self-attention, cross-attention to memory, then FFN; the norm is layer ``index``'s
+    (0-based) of the decoder plan. (B, T, D) -> (B, T, D).
 
     Decoder self-attention uses only the causal mask: with right padding, a real target
     position never sees a padding position, and outputs at padding positions are ignored.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, index: int = 0) -> None:
         super().__init__()
-        self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=True)
-        cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p)
-        alpha = residual_alpha(cfg, "dec")
-        self.self_attn = Residual(self_attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)
-        self.cross_attn = Residual(cross_attn, cfg.norm, cfg.d_model, cfg.dropout, alpha)
-        self.ffn = Residual(FeedForward(cfg), cfg.norm, cfg.d_model, cfg.dropout, alpha)
+        spec = cfg.norm.spec("dec", index)
+        self_attn, cross_attn = attention(cfg, spec, causal=True), attention(cfg, spec)
+        self.self_attn = residual(cfg, spec, "dec", self_attn)
+        self.cross_attn = residual(cfg, spec, "dec", cross_attn)
+        self.ffn = residual(cfg, spec, "dec", FeedForward(cfg))
 
     def forward(
         self,

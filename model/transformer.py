@@ -12,10 +12,15 @@ from torch import nn
 from model.attention import KVCache
 from model.config import ModelConfig
 from model.layers import DecoderLayer, EncoderLayer
-from model.residual import build_final_norm, deepnorm_constants
+from model.placements import PLACEMENTS
 
-# DeepNet (Wang et al. 2022, Fig. 2) scales the init of these matrices by beta.
-DEEPNORM_SCALED = ("v_proj.weight", "out_proj.weight", "linear1.weight", "linear2.weight")
+
+def final_norm(cfg: ModelConfig, stack: str, n_layers: int) -> nn.Module:
+    """The norm that closes ``stack``, or ``nn.Identity``: the stack's last block decides, by its
+    placement record's ``final_norm`` (true iff that block leaves the stream un-normalized), and
+    the final norm takes that block's kind, impl, eps and bias."""
+    spec = cfg.norm.spec(stack, n_layers - 1)
+    return spec.build(cfg.d_model) if PLACEMENTS[spec.placement].final_norm else nn.Identity()
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -77,7 +82,8 @@ class DecoderCache:
 
 
 class EncoderDecoder(nn.Module):
-    """Encoder-decoder Transformer; norm kind/impl/placement come from ``cfg.norm``.
+    """Encoder-decoder Transformer; each block's norm kind/impl/placement comes from the plan
+    ``cfg.norm.spec(stack, index)``.
 
     Module paths are stable across placements (empty norm slots are ``nn.Identity``):
     ``src_embed``, ``encoder.{i}``, ``enc_final_norm``, ``tgt_embed``, ``decoder.{i}``,
@@ -91,10 +97,10 @@ class EncoderDecoder(nn.Module):
         D = cfg.d_model
         self.src_embed = Embedding(cfg.src_vocab, cfg)
         self.tgt_embed = Embedding(cfg.tgt_vocab, cfg)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_enc_layers))
-        self.enc_final_norm = build_final_norm(cfg.norm, D)
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
-        self.dec_final_norm = build_final_norm(cfg.norm, D)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg, i) for i in range(cfg.n_enc_layers))
+        self.enc_final_norm = final_norm(cfg, "enc", cfg.n_enc_layers)
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_dec_layers))
+        self.dec_final_norm = final_norm(cfg, "dec", cfg.n_dec_layers)
         self.output = nn.Linear(D, cfg.tgt_vocab, bias=False)
         self._init_weights()
         if cfg.share_embeddings:  # a joint vocabulary: one embedding matrix (Press & Wolf 2017, sec. 5)
@@ -105,19 +111,22 @@ class EncoderDecoder(nn.Module):
     def _init_weights(self) -> None:
         # Xavier-uniform matrices and zero biases as in torch.nn.Transformer; embeddings
         # N(0, D^-1/2) so that after the sqrt(D) scale they have unit variance (fairseq).
-        for name, p in self.named_parameters():
-            if "embed" in name:
-                nn.init.normal_(p, std=self.cfg.d_model**-0.5)
-            elif p.dim() == 2:
-                nn.init.xavier_uniform_(p)
-            elif name.endswith(("proj.bias", "linear1.bias", "linear2.bias")):
-                nn.init.zeros_(p)
-        if self.cfg.norm.placement == "deepnorm":  # the paper's pseudocode: xavier_normal_(w, gain=beta or 1)
-            betas = deepnorm_constants(self.cfg.n_enc_layers, self.cfg.n_dec_layers)
-            for stack, layers in (("enc", self.encoder), ("dec", self.decoder)):
-                for name, p in layers.named_parameters():
-                    if p.dim() == 2:
-                        nn.init.xavier_normal_(p, gain=betas[stack][1] if name.endswith(DEEPNORM_SCALED) else 1.0)
+        # Parameters are drawn in named_parameters() order, then each block's placement init rule
+        # (DeepNet's beta-scaled Xavier-normal) redraws that block's matrices, in block order.
+        for module in self.modules():
+            for p in module.parameters(recurse=False):
+                if isinstance(module, nn.Embedding):
+                    nn.init.normal_(p, std=self.cfg.d_model**-0.5)
+                elif p.dim() == 2:
+                    nn.init.xavier_uniform_(p)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        n, m = self.cfg.n_enc_layers, self.cfg.n_dec_layers
+        for stack, layers in (("enc", self.encoder), ("dec", self.decoder)):
+            for i, layer in enumerate(layers):
+                rule = PLACEMENTS[self.cfg.norm.spec(stack, i).placement].init
+                if rule is not None:
+                    rule.apply(layer, stack, n, m)
 
     def encode(self, src: torch.Tensor, src_pad_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_pad_mask (B, S) bool -> memory (B, S, D)."""

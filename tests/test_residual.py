@@ -7,7 +7,9 @@ import torch
 from torch import nn
 
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.residual import FINAL_NORM, PLACEMENTS, Residual, deepnorm_constants
+from model.norms import build_norm
+from model.placements import PLACEMENTS, deepnorm_constants
+from model.residual import Residual
 
 D = 16
 
@@ -29,7 +31,7 @@ def test_each_placement_computes_its_formula(placement, formula):
     torch.manual_seed(0)
     branch = nn.Linear(D, D)
     alpha = 1.7 if placement == "deepnorm" else 1.0
-    residual = Residual(branch, NormConfig(placement=placement), D, dropout=0.0, alpha=alpha)
+    residual = Residual(branch, PLACEMENTS[placement], lambda: build_norm("layernorm", D), dropout=0.0, alpha=alpha)
     x = torch.randn(3, 5, D) * 4
     torch.testing.assert_close(residual(x), formula(x, branch, alpha), atol=1e-5, rtol=0)
 
@@ -77,8 +79,8 @@ def test_deepnorm_scales_residual_and_the_reference_matrices():
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_final_norm_iff_stream_left_unnormalized(placement):
     model = make(placement, n=1)
-    assert (not isinstance(model.enc_final_norm, nn.Identity)) == FINAL_NORM[placement]
-    assert FINAL_NORM[placement] == (placement in ("pre", "sandwich"))
+    assert (not isinstance(model.enc_final_norm, nn.Identity)) == PLACEMENTS[placement].final_norm
+    assert PLACEMENTS[placement].final_norm == (placement in ("pre", "sandwich"))
 
 
 def test_module_paths_are_the_same_for_every_placement():

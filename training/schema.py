@@ -187,7 +187,8 @@ def _describe(tp: Any) -> str:
         return f"{words} or null" if type(None) in args else words
     if typing.get_origin(tp) in (tuple, list):
         count = "" if len(args) == 1 or args[-1] is Ellipsis else f"{len(args)} "
-        return f"a list of {count}{_NOUNS[args[0]][1]}"
+        noun = "mappings" if dataclasses.is_dataclass(args[0]) else _NOUNS[args[0]][1]  # norm.blocks: a list of BlockNorm
+        return f"a list of {count}{noun}"
     if dataclasses.is_dataclass(tp) or tp is dict:
         return "a mapping of keys to values"
     return _NOUNS[tp][0]

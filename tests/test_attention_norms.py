@@ -1,0 +1,109 @@
+"""Issue 12 item 3: per-head norm sites on queries, keys and values inside attention (off by default)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import train as train_module
+from model import EncoderDecoder
+from model.attention import MultiHeadAttention
+from model.norms import LayerNorm, RMSNorm
+from model.transformer import DecoderCache
+from tests.conftest import make_cfg
+from training.schema import validate
+
+V = 43
+
+
+def randomize_norms(module: nn.Module) -> None:
+    """Move every norm weight/bias off its init, so a hand computation that ignores them would differ."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if "_norm." in name:
+                p.add_(torch.randn_like(p) * 0.3)
+
+
+def test_qkv_norm_attention_equals_normalize_per_head_then_softmax():
+    torch.manual_seed(0)
+    B, T, S, D, H = 2, 5, 7, 16, 2
+    K = D // H
+    attn = MultiHeadAttention(D, H, 0.0, q_norm=LayerNorm(K, 1e-5), k_norm=LayerNorm(K, 1e-5), v_norm=RMSNorm(K, 1e-5)).eval()
+    randomize_norms(attn)
+    x, memory = torch.randn(B, T, D), torch.randn(B, S, D) * 3
+    pad = torch.zeros(B, S, dtype=torch.bool)
+    pad[1, 4:] = True
+
+    def heads(t: torch.Tensor) -> torch.Tensor:
+        return t.view(B, -1, H, K).transpose(1, 2)  # (B, H, L, K)
+
+    qn, kn, vn = attn.q_norm, attn.k_norm, attn.v_norm
+    q = F.layer_norm(heads(attn.q_proj(x)), (K,), qn.weight, qn.bias, eps=1e-5)  # LN over each head's K features
+    k = F.layer_norm(heads(attn.k_proj(memory)), (K,), kn.weight, kn.bias, eps=1e-5)
+    v = heads(attn.v_proj(memory))
+    v = vn.weight * v / (v.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()  # RMSNorm over K
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(K)).masked_fill(pad[:, None, None, :], float("-inf"))  # (B, H, T, S)
+    y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D)
+    torch.testing.assert_close(attn(x, memory, pad), attn.out_proj(y), atol=1e-5, rtol=0)
+
+
+def model_with(*overrides: str) -> EncoderDecoder:
+    cfg = make_cfg(*overrides)
+    validate(cfg)
+    torch.manual_seed(0)
+    return EncoderDecoder(train_module.model_config(cfg, V, V)).eval()
+
+
+def test_default_builds_no_attention_norms():
+    model = model_with()
+    for attn in (m for m in model.modules() if isinstance(m, MultiHeadAttention)):
+        assert all(isinstance(getattr(attn, site), nn.Identity) for site in ("q_norm", "k_norm", "v_norm"))
+    assert not [name for name, _ in model.named_parameters() if "_norm." in name and ".branch." in name]
+
+
+def test_norm_keys_put_norms_over_d_head_in_every_attention():
+    model = model_with("++norm.qk=rmsnorm", "++norm.v=layernorm")
+    d_head = model.cfg.d_model // model.cfg.n_heads
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters() if "_norm." in name and ".branch." in name}
+    assert shapes["decoder.1.cross_attn.branch.k_norm.weight"] == (d_head,)
+    assert shapes["encoder.0.self_attn.branch.v_norm.bias"] == (d_head,)
+    n_attn = model.cfg.n_enc_layers + 2 * model.cfg.n_dec_layers
+    assert len(shapes) == n_attn * 4  # q, k (RMSNorm: weight) and v (LayerNorm: weight, bias)
+    assert isinstance(model.decoder[0].self_attn.branch.q_norm, RMSNorm)
+
+
+def test_per_block_attention_norms_follow_the_plan():
+    model = model_with("++norm.blocks=[{stack: enc, layers: [1], qk: layernorm}]")
+    assert isinstance(model.encoder[1].self_attn.branch.k_norm, LayerNorm)
+    assert isinstance(model.encoder[0].self_attn.branch.k_norm, nn.Identity)
+    assert isinstance(model.decoder[1].cross_attn.branch.q_norm, nn.Identity)
+
+
+@pytest.mark.parametrize("overrides", [("++norm.qk=layernorm",), ("++norm.qk=rmsnorm", "++norm.v=rmsnorm", "norm=post_ln")])
+def test_incremental_decoding_equals_full_decoding_and_normalizes_the_source_once(overrides):
+    model = model_with(*overrides)
+    randomize_norms(model)
+    torch.manual_seed(1)
+    src, tgt = torch.randint(4, V, (3, 6)), torch.randint(4, V, (3, 5))
+    src[2, 3:] = 0
+    mask = src.eq(0)
+    calls = {"cross_k": 0, "self_k": 0}
+    hooks = [
+        model.decoder[0].cross_attn.branch.k_norm.register_forward_hook(
+            lambda *_: calls.__setitem__("cross_k", calls["cross_k"] + 1)
+        ),
+        model.decoder[0].self_attn.branch.k_norm.register_forward_hook(
+            lambda *_: calls.__setitem__("self_k", calls["self_k"] + 1)
+        ),
+    ]
+    with torch.no_grad():
+        memory = model.encode(src, mask)
+        cache = DecoderCache(len(model.decoder))
+        steps = torch.cat([model.decode(tgt[:, t : t + 1], memory, mask, cache) for t in range(tgt.shape[1])], dim=1)
+        assert calls == {"cross_k": 1, "self_k": tgt.shape[1]}  # the source's keys once; each new target key once
+        full = model.decode(tgt, memory, mask)
+    for hook in hooks:
+        hook.remove()
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=0)
