@@ -7,12 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import train as train_module
 from model import EncoderDecoder
 from model.attention import MultiHeadAttention
 from model.norms import LayerNorm, RMSNorm
 from model.transformer import DecoderCache
 from tests.conftest import make_cfg
+from training.run import model_config
 from training.schema import validate
 
 V = 43
@@ -53,7 +53,7 @@ def model_with(*overrides: str) -> EncoderDecoder:
     cfg = make_cfg(*overrides)
     validate(cfg)
     torch.manual_seed(0)
-    return EncoderDecoder(train_module.model_config(cfg, V, V)).eval()
+    return EncoderDecoder(model_config(cfg, V, V)).eval()
 
 
 def test_default_builds_no_attention_norms():
@@ -64,7 +64,7 @@ def test_default_builds_no_attention_norms():
 
 
 def test_norm_keys_put_norms_over_d_head_in_every_attention():
-    model = model_with("++norm.qk=rmsnorm", "++norm.v=layernorm")
+    model = model_with("norm.qk=rmsnorm", "norm.v=layernorm")
     d_head = model.cfg.d_model // model.cfg.n_heads
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters() if "_norm." in name and ".branch." in name}
     assert shapes["decoder.1.cross_attn.branch.k_norm.weight"] == (d_head,)
@@ -75,13 +75,13 @@ def test_norm_keys_put_norms_over_d_head_in_every_attention():
 
 
 def test_per_block_attention_norms_follow_the_plan():
-    model = model_with("++norm.blocks=[{stack: enc, layers: [1], qk: layernorm}]")
+    model = model_with("norm.blocks=[{stack: enc, layers: [1], qk: layernorm}]")
     assert isinstance(model.encoder[1].self_attn.branch.k_norm, LayerNorm)
     assert isinstance(model.encoder[0].self_attn.branch.k_norm, nn.Identity)
     assert isinstance(model.decoder[1].cross_attn.branch.q_norm, nn.Identity)
 
 
-@pytest.mark.parametrize("overrides", [("++norm.qk=layernorm",), ("++norm.qk=rmsnorm", "++norm.v=rmsnorm", "norm=post_ln")])
+@pytest.mark.parametrize("overrides", [("norm.qk=layernorm",), ("norm.qk=rmsnorm", "norm.v=rmsnorm", "norm=post_ln")])
 def test_incremental_decoding_equals_full_decoding_and_normalizes_the_source_once(overrides):
     model = model_with(*overrides)
     randomize_norms(model)

@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import train as train_module
 from model import EncoderDecoder, ModelConfig, NormConfig
 from model.norms import LayerNorm, RMSNorm
 from model.placements import PLACEMENTS, XavierNormalInit, deepnorm_constants
 from tests.conftest import make_cfg
+from training.run import config_diff, model_config
 
 V = 43
 NATIVE = ("deepnorm", "post_ln", "post_rms", "pre_ln", "pre_rms", "sandwich_ln")
@@ -63,7 +63,7 @@ PINNED = {
 def build(size: str, preset: str, impl: str, *overrides: str) -> EncoderDecoder:
     torch.manual_seed(0)
     return EncoderDecoder(
-        train_module.model_config(make_cfg(f"model={size}", f"norm={preset}", f"norm.impl={impl}", *overrides), V, V)
+        model_config(make_cfg(f"model={size}", f"norm={preset}", f"norm.impl={impl}", *overrides), V, V)
     )
 
 
@@ -113,7 +113,7 @@ def ln(x: torch.Tensor) -> torch.Tensor:
 
 def test_mixed_placements_by_depth_build_and_compute_their_formulas():
     """enc block 0 post-LN, block 1 pre-LN (Mix-LN's shape), set from the command line."""
-    model = build("tiny", "pre_ln", "custom", "++norm.blocks=[{stack: enc, layers: [0], placement: post}]").eval()
+    model = build("tiny", "pre_ln", "custom", "norm.blocks=[{stack: enc, layers: [0], placement: post}]").eval()
     enc0, enc1 = model.encoder
     for residual in (enc0.self_attn, enc0.ffn):
         assert isinstance(residual.norm_in, nn.Identity) and isinstance(residual.norm_out, LayerNorm)
@@ -132,8 +132,8 @@ def test_mixed_placements_by_depth_build_and_compute_their_formulas():
 
 
 def test_final_norm_follows_the_last_block():
-    cfg = make_cfg("norm=pre_ln", "++norm.blocks=[{stack: dec, layers: [1], placement: post}]")
-    model = EncoderDecoder(train_module.model_config(cfg, V, V))
+    cfg = make_cfg("norm=pre_ln", "norm.blocks=[{stack: dec, layers: [1], placement: post}]")
+    model = EncoderDecoder(model_config(cfg, V, V))
     assert isinstance(model.enc_final_norm, LayerNorm) and isinstance(model.dec_final_norm, nn.Identity)
     assert isinstance(model.decoder[0].ffn.norm_in, LayerNorm) and isinstance(model.decoder[1].ffn.norm_out, LayerNorm)
 
@@ -211,7 +211,7 @@ def test_placement_records_hold_what_each_placement_decides():
 def test_old_checkpoints_model_config_matches_the_default_plan():
     new = ModelConfig(src_vocab=V, tgt_vocab=V).to_dict()
     old = {**new, "norm": {k: v for k, v in new["norm"].items() if k not in ("qk", "v", "blocks")}}  # before issue 12
-    assert train_module.config_diff(old, new) == ""
+    assert config_diff(old, new) == ""
     planned = ModelConfig(
         src_vocab=V, tgt_vocab=V, norm=NormConfig(blocks=[{"stack": "enc", "layers": [0], "placement": "post"}])
     )
