@@ -1,0 +1,56 @@
+"""The README stays short and its links, and every relative link of docs/*.md, lead somewhere.
+
+A link's target file must exist, and its ``#anchor`` must be a heading of that file (GitHub's
+slugs: lower case, punctuation dropped, spaces to hyphens).
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = _FENCE.sub("", page.read_text())
+    return {slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def links(page: Path) -> list[str]:
+    """Relative link targets of ``page`` outside code blocks (web links and mail left out)."""
+    text = _FENCE.sub("", page.read_text())
+    return [t for t in _LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+def test_readme_is_at_most_150_lines_and_starts_with_the_two_commands():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    setup = "python3 -m venv .venv && . .venv/bin/activate && pip install -r requirements.txt && "
+    first = text.index("```bash")
+    assert text.index(setup + "python train.py\n") > first and text.index(setup + "python -m pytest -q\n") > first
+    assert setup + "python -m pytest -q" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_links_every_docs_page():
+    linked = {(ROOT / t.split("#")[0]).resolve() for t in links(ROOT / "README.md")}
+    assert set((ROOT / "docs").glob("*.md")) <= linked
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_relative_link_resolves(page):
+    for target in links(page):
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        assert dest.exists(), f"{page.name}: {target} -> no such file"
+        if anchor:
+            assert anchor in anchors(dest), f"{page.name}: {target} -> no heading with that anchor in {dest.name}"
