@@ -1,30 +1,27 @@
 """Every telemetry metric name, formatted and parsed here and nowhere else, and the depth order.
 
-Names (stable; DESIGN.md sec. 5). ``{s}`` is a stack (``enc``, ``dec``), ``{i}`` a block index:
+Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a block index:
 
-==========  ==============================================  =========================================
-family      name                                            stats
-==========  ==============================================  =========================================
-act         ``act/{s}.{site}/{stat}`` (``embed``,           ``STATS``: rms, mean, maxabs, crest
-            ``final_norm``), ``act/{s}.{i}.{site}/{stat}``
-grad        ``grad/{s}.{i}/norm``                           norm
-update      ``update/{s}.{i}/ratio``                        ratio
-attn        ``attn/{s}.{i}.{self_attn|cross_attn}/entropy``  entropy
-==========  ==============================================  =========================================
+- ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
+  ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest);
+- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/entropy``.
 
 Block sites (``BLOCK_SITES``): ``in``, ``out``, a residual sublayer ``{r}`` (its branch output),
 a filled norm slot of it ``{r}.{slot}``, and an attention norm site ``{a}.{q_norm|k_norm|v_norm}``.
 The depth order runs over every encoder block, then every decoder block (:func:`depth`).
 
-Imports nothing but the standard library, so the report and the scripts can use it anywhere.
+A stat is defined here too: its name in ``STATS`` and its value from a site's raw sums
+(:func:`derive_stats`). Imports nothing but the standard library, so the report and the scripts
+can use it anywhere.
 """
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 STACKS = ("enc", "dec")  # in depth order
-STATS = ("rms", "mean", "maxabs", "crest")  # per activation site; defined in docs/telemetry.md
+STATS = ("rms", "mean", "maxabs", "crest")  # per activation site, each computed by derive_stats
 SITE_GROUPS = ("embed", "in", "branch", "norm", "out", "final_norm")  # the ``telemetry.sites`` config values
 RESIDUALS = ("self_attn", "cross_attn", "ffn")  # residual sublayers, in forward order
 ATTENTIONS = ("self_attn", "cross_attn")
@@ -108,6 +105,14 @@ def parse(name: str) -> Metric | None:
         return Metric(m["family"], m["stack"], layer, m["site"], m["stat"])
     except ValueError:
         return None
+
+
+def derive_stats(raw: dict[str, float]) -> dict[str, float]:
+    """Every stat of ``STATS`` from the raw sums ``model/telemetry.py`` takes of one site's real
+    elements on the device (``sumsq`` = sum x^2, ``sum`` = sum x, ``maxabs`` = max |x|, ``n`` = their
+    count). Definitions and Gaussian baselines: docs/telemetry.md."""
+    rms = math.sqrt(raw["sumsq"] / raw["n"])
+    return {"rms": rms, "mean": raw["sum"] / raw["n"], "maxabs": raw["maxabs"], "crest": raw["maxabs"] / rms if rms else 0.0}
 
 
 def act(stack: str, layer: int | None, site: str, stat: str) -> Metric:

@@ -61,6 +61,7 @@ from model.metric_names import (
     STATS,
     act,
     attn_entropy,
+    derive_stats,
     grad_norm,
     update_ratio,
 )
@@ -350,13 +351,6 @@ class Telemetry:
         self._acts.clear()
         self._stats.clear()
         return out
-
-
-def derive_stats(raw: dict[str, float]) -> dict[str, float]:
-    """Every stat of ``STATS`` from one site's raw sums (``sumsq`` = sum x^2, ``sum`` = sum x,
-    ``maxabs`` = max |x|, ``n`` = element count); definitions: docs/telemetry.md."""
-    rms = math.sqrt(raw["sumsq"] / raw["n"])
-    return {"rms": rms, "mean": raw["sum"] / raw["n"], "maxabs": raw["maxabs"], "crest": raw["maxabs"] / rms if rms else 0.0}
 
 
 def first_nonfinite(stats: dict[str, float]) -> str | None:

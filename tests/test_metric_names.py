@@ -20,6 +20,7 @@ from model.metric_names import (
     attn_entropy,
     blocks,
     depth,
+    derive_stats,
     grad_norm,
     n_enc_layers_seen,
     parse,
@@ -93,6 +94,14 @@ def test_a_bad_metric_is_a_one_line_error_naming_the_field():
         act("enc", None, "out", "rms")
     with pytest.raises(ValueError, match="layer must be an integer >= 0"):
         Metric("grad", "enc", -1, stat="norm")
+
+
+def test_every_stat_is_derived_from_the_raw_sums():
+    # x = (1, 3, -2, 2): sum x^2 = 18, sum x = 4, max |x| = 3, n = 4 -> rms = sqrt(18 / 4), mean = 1
+    derived = derive_stats({"sumsq": 18.0, "sum": 4.0, "maxabs": 3.0, "n": 4.0})
+    assert list(derived) == list(STATS)
+    assert derived == pytest.approx({"rms": 4.5**0.5, "mean": 1.0, "maxabs": 3.0, "crest": 3.0 / 4.5**0.5})
+    assert derive_stats({"sumsq": 0.0, "sum": 0.0, "maxabs": 0.0, "n": 4.0})["crest"] == 0.0
 
 
 def test_depth_order_is_encoder_blocks_then_decoder_blocks():
