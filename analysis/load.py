@@ -8,7 +8,6 @@ directory or finding no run at all raises :class:`ReportError`.
 
 import json
 import os
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,14 +15,15 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from analysis.runs import Run, finite
+from model.metric_names import depth, n_enc_layers_seen, parse
 from training.renames import with_current_names
 
 RUN_CONFIG, RUN_RECORDS = "config.yaml", ("metrics.jsonl", "status.json")  # a run dir holds the first and one of the others
 SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; not searched
-# Scalar series kept from metrics.jsonl; telemetry is reduced on reading (see _BLOCK_RMS, _BLOCK_GRAD).
+# Scalar series kept from metrics.jsonl; telemetry is reduced on reading to the profiles below.
 SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
-_BLOCK_RMS = re.compile(r"act/(enc|dec)\.(\d+)\.out/rms")  # the residual stream leaving block i
-_BLOCK_GRAD = re.compile(r"grad/(enc|dec)\.(\d+)/norm")
+# (family, site, stat) of a block's metric -> the Run attribute holding its profile
+PROFILES = {("act", "out", "rms"): "rms", ("grad", None, "norm"): "grad"}  # the stream leaving block i; its gradient norm
 
 
 class ReportError(Exception):
@@ -88,7 +88,7 @@ def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
     Decoder block i sits at depth ``n_enc + i``; when ``n_enc`` is None it is taken from the data.
     """
     bad = 0
-    raw: dict[str, dict[int, dict[tuple[str, int], float]]] = {"rms": {}, "grad": {}}
+    raw: dict[str, dict[int, dict[tuple[str, int], float]]] = {attr: {} for attr in PROFILES.values()}
     with path.open(encoding="utf-8", errors="replace") as f:
         for line in f:
             if not line.strip():
@@ -107,9 +107,9 @@ def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
     if not run.series and not raw["rms"]:
         run.notes.append("no metrics logged")
     if n_enc is None:
-        n_enc = 1 + max((i for rec in raw["rms"].values() for s, i in rec if s == "enc"), default=-1)
+        n_enc = n_enc_layers_seen(block for rec in raw["rms"].values() for block in rec)
     for name, records in raw.items():
-        profiles = {step: {i + (n_enc if s == "dec" else 0): v for (s, i), v in rec.items()} for step, rec in records.items()}
+        profiles = {step: {depth(s, i, n_enc): v for (s, i), v in rec.items()} for step, rec in records.items()}
         setattr(run, name, profiles)
 
 
@@ -119,10 +119,8 @@ def _add_row(row: dict[str, Any], series: dict, raw: dict) -> None:
     for key, value in row.items():
         if key.startswith(SERIES_PREFIXES):
             series.setdefault(key, []).append((step, finite(value)))
-        elif key.startswith(("act/", "grad/")) and (value := finite(value)) is not None:
-            for name, pattern in (("rms", _BLOCK_RMS), ("grad", _BLOCK_GRAD)):
-                if m := pattern.fullmatch(key):
-                    raw[name].setdefault(step, {})[(m.group(1), int(m.group(2)))] = value
+        elif (m := parse(key)) and (attr := PROFILES.get((m.family, m.site, m.stat))) and (value := finite(value)) is not None:
+            raw[attr].setdefault(step, {})[(m.stack, m.layer)] = value
 
 
 def read_status(path: Path, run: Run) -> None:

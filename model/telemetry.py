@@ -1,21 +1,26 @@
 """Per-layer activation-scale, gradient and update telemetry, reduced on the device.
 
-Names (stable; DESIGN.md sec. 5). ``{s}`` is ``enc`` or ``dec``, ``{i}`` the layer, ``{r}`` a
-residual sublayer (``self_attn``, ``cross_attn``, ``ffn``), ``{slot}`` a filled norm slot
-(``norm_in``, ``norm_branch``, ``norm_out``):
+Names (stable; DESIGN.md sec. 5) are formatted and parsed only by ``model/metric_names.py``.
+``{s}`` is ``enc`` or ``dec``, ``{i}`` the layer, ``{r}`` a residual sublayer (``self_attn``,
+``cross_attn``, ``ffn``), ``{slot}`` a filled norm slot (``norm_in``, ``norm_branch``,
+``norm_out``), ``{a}`` an attention (``self_attn``, ``cross_attn``), ``{h}`` a filled per-head
+attention norm (``q_norm``, ``k_norm``, ``v_norm``; ``norm.qk``, ``norm.v``):
 
 =============  ==========================================  ===============================
-site           metric                                      tensor
+site group     metric                                      tensor
 =============  ==========================================  ===============================
 embed          ``act/{s}.embed/{stat}``                    embedding output (stack input)
 in             ``act/{s}.{i}.in/{stat}``                   residual stream entering block i
 branch         ``act/{s}.{i}.{r}/{stat}``                  branch output F(.) before dropout
 norm           ``act/{s}.{i}.{r}.{slot}/{stat}``           each norm's output
+norm           ``act/{s}.{i}.{a}.{h}/{stat}``              each per-head q/k/v norm's output
 out            ``act/{s}.{i}.out/{stat}``                  residual stream leaving block i
 final_norm     ``act/{s}.final_norm/{stat}``               the stack's final norm (pre, sandwich)
 =============  ==========================================  ===============================
 
-Stats pool all n = (non-padding positions) * D elements of x of shape (B, L, D):
+Stats pool all n = (non-padding positions) * D elements of x of shape (B, L, D), or the
+n = (non-padding positions) * H * K elements of a per-head tensor (B, H, L, K) (queries: this
+stack's positions; keys and values: the source's in cross-attention, this stack's otherwise):
 ``rms`` = sqrt(sum x^2 / n) (so high-norm tokens dominate it); ``mean`` = sum x / n; ``maxabs`` =
 max |x|; ``crest`` = maxabs / rms (the crest factor: for i.i.d. Gaussian x about the expected
 max of n |N(0, 1)|, 3.97 at n = 64 x 128 and 5.08 at 3000 x 512, growing with n; far above that
@@ -38,7 +43,6 @@ so that the training pass stays compiled (:meth:`Telemetry.watch_forward`; docs/
 """
 
 import math
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,12 +51,23 @@ import torch
 from torch import nn
 
 from model.attention import MultiHeadAttention
+from model.metric_names import (
+    ATTENTION_NORM_SITES,
+    ATTENTIONS,
+    NORM_SLOTS,
+    RESIDUALS,
+    SITE_GROUPS,
+    STACKS,
+    STATS,
+    act,
+    attn_entropy,
+    derive_stats,
+    grad_norm,
+    update_ratio,
+)
 from model.transformer import EncoderDecoder
 
-SITES = ("embed", "in", "branch", "norm", "out", "final_norm")
-STATS = ("rms", "mean", "maxabs", "crest")
-RESIDUALS = ("self_attn", "cross_attn", "ffn")
-NORM_SLOTS = ("norm_in", "norm_branch", "norm_out")
+__all__ = ["STATS", "SITE_GROUPS", "Telemetry", "TelemetryConfig", "first_nonfinite"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +76,7 @@ class TelemetryConfig:
 
     Attributes:
         every: steps between records; 0 turns telemetry off.
-        sites: activation sites, a subset of ``SITES``.
+        sites: activation site groups, a subset of ``SITE_GROUPS``.
         stats: statistics per site, a subset of ``STATS``.
         grads: record ``grad/{s}.{i}/norm``.
         updates: record ``update/{s}.{i}/ratio`` (copies the weights before the step).
@@ -72,7 +87,7 @@ class TelemetryConfig:
     """
 
     every: int = 50
-    sites: tuple[str, ...] = SITES
+    sites: tuple[str, ...] = SITE_GROUPS
     stats: tuple[str, ...] = STATS
     grads: bool = True
     updates: bool = False
@@ -81,12 +96,27 @@ class TelemetryConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.every, int) or self.every < 0:
             raise ValueError(f"telemetry.every must be an integer >= 0, got {self.every!r}")
-        for key, given, valid in (("sites", self.sites, SITES), ("stats", self.stats, STATS)):
+        for key, given, valid in (("sites", self.sites, SITE_GROUPS), ("stats", self.stats, STATS)):
             unknown = [v for v in given if v not in valid]
             if unknown:
                 raise ValueError(f"unknown telemetry.{key} {unknown}; valid {key}: {', '.join(valid)}")
         object.__setattr__(self, "sites", tuple(self.sites))
         object.__setattr__(self, "stats", tuple(self.stats))
+
+
+@dataclass(frozen=True)
+class _Tap:
+    """One watched tensor: ``act/{stack}[.{layer}].{site}/{stat}`` is read from ``module``'s output
+    (its input when ``on_input``); its positions are real where ``positions``' tokens are (``enc``:
+    the source, ``dec``: the target); ``features`` are the dims pooled within a position."""
+
+    stack: str
+    layer: int | None
+    site: str
+    module: nn.Module
+    positions: str
+    on_input: bool = False
+    features: tuple[int, ...] = (-1,)  # (B, L, D); per-head attention tensors (B, H, L, K): (1, 3)
 
 
 class Telemetry:
@@ -95,8 +125,8 @@ class Telemetry:
     def __init__(self, model: EncoderDecoder, cfg: TelemetryConfig) -> None:
         self.model = model
         self.cfg = cfg
-        self._acts: dict[str, torch.Tensor] = {}  # site -> raw (4,) reductions, see _activation_stats
-        self._stats: dict[str, torch.Tensor] = {}  # metric -> 0-dim tensor
+        self._acts: dict[tuple[str, int | None, str], dict[str, torch.Tensor]] = {}  # site -> raw sums, see _activation_stats
+        self._stats: dict[str, torch.Tensor] = {}  # metric name -> 0-dim tensor
 
     def due(self, step: int, max_steps: int) -> bool:
         """Whether step ``step`` (1-based) records: the first step (the profile at
@@ -104,63 +134,82 @@ class Telemetry:
         return self.cfg.every > 0 and (step == 1 or step % self.cfg.every == 0 or step == max_steps)
 
     def stacks(self) -> Iterator[tuple[str, nn.Module, nn.ModuleList, nn.Module]]:
-        """(``enc``/``dec``, embedding, layers, final norm) in forward order."""
+        """(``enc``/``dec``, embedding, layers, final norm) in the depth order of ``STACKS``."""
         m = self.model
-        yield "enc", m.src_embed, m.encoder, m.enc_final_norm
-        yield "dec", m.tgt_embed, m.decoder, m.dec_final_norm
+        parts = {"enc": (m.src_embed, m.encoder, m.enc_final_norm), "dec": (m.tgt_embed, m.decoder, m.dec_final_norm)}
+        for stack in STACKS:
+            yield stack, *parts[stack]
 
-    def blocks(self) -> Iterator[tuple[str, nn.Module]]:
-        """(``enc.{i}`` / ``dec.{i}``, layer) in forward order."""
+    def blocks(self) -> Iterator[tuple[str, int, nn.Module]]:
+        """(stack, index, layer) of every block in depth order."""
         for stack, _, layers, _ in self.stacks():
-            yield from ((f"{stack}.{i}", layer) for i, layer in enumerate(layers))
+            yield from ((stack, i, layer) for i, layer in enumerate(layers))
 
-    def _taps(self) -> Iterator[tuple[str, str, bool, nn.Module]]:
-        """(metric site, stack, on_input, module) for every configured site, in forward order;
-        ``on_input`` taps the module's input (a forward pre-hook) instead of its output."""
-        sites = self.cfg.sites
+    def _taps(self) -> Iterator[_Tap]:
+        """A :class:`_Tap` for every configured site of the model."""
+        groups = self.cfg.sites
         for stack, embed, layers, final in self.stacks():
-            if "embed" in sites:
-                yield f"{stack}.embed", stack, False, embed
+            if "embed" in groups:
+                yield _Tap(stack, None, "embed", embed, stack)
             for i, layer in enumerate(layers):
-                name = f"{stack}.{i}"
-                if "in" in sites:
-                    yield f"{name}.in", stack, True, layer
-                for r in (r for r in RESIDUALS if hasattr(layer, r)):
-                    residual = getattr(layer, r)
-                    if "branch" in sites:
-                        yield f"{name}.{r}", stack, False, residual.branch
-                    if "norm" in sites:
-                        for slot in (s for s in NORM_SLOTS if not isinstance(getattr(residual, s), nn.Identity)):
-                            yield f"{name}.{r}.{slot}", stack, False, getattr(residual, slot)
-                if "out" in sites:
-                    yield f"{name}.out", stack, False, layer
-            if "final_norm" in sites and not isinstance(final, nn.Identity):
-                yield f"{stack}.final_norm", stack, False, final
+                yield from self._block_taps(stack, i, layer)
+            if "final_norm" in groups and not isinstance(final, nn.Identity):
+                yield _Tap(stack, None, "final_norm", final, stack)
+
+    def _block_taps(self, stack: str, i: int, layer: nn.Module) -> Iterator[_Tap]:
+        """The taps of block ``i``: its input and output, each residual's branch and norms, and the
+        per-head norms inside each attention (group ``norm``)."""
+        groups = self.cfg.sites
+        if "in" in groups:
+            yield _Tap(stack, i, "in", layer, stack, on_input=True)
+        for r in (r for r in RESIDUALS if hasattr(layer, r)):
+            residual = getattr(layer, r)
+            if "branch" in groups:
+                yield _Tap(stack, i, r, residual.branch, stack)
+            if "norm" not in groups:
+                continue
+            for slot in (s for s in NORM_SLOTS if not isinstance(getattr(residual, s), nn.Identity)):
+                yield _Tap(stack, i, f"{r}.{slot}", getattr(residual, slot), stack)
+            if r in ATTENTIONS:
+                yield from self._attention_norm_taps(stack, i, r, residual.branch)
+        if "out" in groups:
+            yield _Tap(stack, i, "out", layer, stack)
+
+    @staticmethod
+    def _attention_norm_taps(stack: str, i: int, r: str, attn: MultiHeadAttention) -> Iterator[_Tap]:
+        """The filled ``q_norm``/``k_norm``/``v_norm`` of attention ``r``: queries are positions of
+        this stack, keys and values of the source in cross-attention and of this stack otherwise."""
+        keys = "enc" if r == "cross_attn" else stack
+        for site in (s for s in ATTENTION_NORM_SITES if not isinstance(getattr(attn, s), nn.Identity)):
+            positions = stack if site == "q_norm" else keys
+            yield _Tap(stack, i, f"{r}.{site}", getattr(attn, site), positions, features=(1, 3))
 
     @contextmanager
     def watch(self, src_pad_mask: torch.Tensor, tgt_pad_mask: torch.Tensor) -> Iterator[None]:
         """Record activation statistics (and attention entropy) of the forward passes inside.
 
         Args:
-            src_pad_mask: (B, S) bool, True at src padding; excluded from encoder statistics.
+            src_pad_mask: (B, S) bool, True at src padding; excluded from encoder statistics and
+                from the keys/values of the decoder's cross-attention.
             tgt_pad_mask: (B, T) bool, True at tgt padding; excluded from decoder statistics.
         """
         keep = {"enc": (~src_pad_mask).float(), "dec": (~tgt_pad_mask).float()}  # (B, L), 1 at real tokens
         count = {s: k.sum() for s, k in keep.items()}
         handles = []
-        for site, stack, on_input, module in self._taps():
+        for tap in self._taps():
 
-            def hook(mod: nn.Module, args: tuple, out: torch.Tensor | None = None, site: str = site, stack: str = stack) -> None:
+            def hook(mod: nn.Module, args: tuple, out: torch.Tensor | None = None, tap: _Tap = tap) -> None:
                 x = args[0] if out is None else out
-                self._activation_stats(f"act/{site}", x.detach(), keep[stack], count[stack])
+                key = (tap.stack, tap.layer, tap.site)
+                self._activation_stats(key, x.detach(), keep[tap.positions], count[tap.positions], tap.features)
 
-            register = module.register_forward_pre_hook if on_input else module.register_forward_hook
+            register = tap.module.register_forward_pre_hook if tap.on_input else tap.module.register_forward_hook
             handles.append(register(hook))
         if self.cfg.attn_entropy:
-            for name, layer in self.blocks():
-                queries = ~(tgt_pad_mask if name.startswith("dec") else src_pad_mask)
-                for r in (r for r in ("self_attn", "cross_attn") if hasattr(layer, r)):
-                    handles += self._entropy_hooks(f"attn/{name}.{r}", getattr(layer, r).branch, queries)
+            for stack, i, layer in self.blocks():
+                queries = ~(tgt_pad_mask if stack == "dec" else src_pad_mask)
+                for r in (r for r in ATTENTIONS if hasattr(layer, r)):
+                    handles += self._entropy_hooks(attn_entropy(stack, i, r).name, getattr(layer, r).branch, queries)
         try:
             yield
         finally:
@@ -201,21 +250,28 @@ class Telemetry:
         yield
 
     @torch.no_grad()
-    def _activation_stats(self, site: str, x: torch.Tensor, keep: torch.Tensor, count: torch.Tensor) -> None:
-        # Three row-wise passes over x, then masking on the small (B, L) results; rms, mean and
-        # crest are derived in collect(). (Masking x itself would cost a full extra copy.)
-        xf = x.float()  # (B, L, D)
-        raw = [
-            (torch.linalg.vector_norm(xf, dim=-1).square() * keep).sum(),  # sum x^2
-            (xf.sum(-1) * keep).sum(),  # sum x
-            (xf.abs().amax(-1) * keep).amax(),  # max |x|
-            count * x.shape[-1],  # n
-        ]
-        self._acts[site] = torch.stack(raw)
+    def _activation_stats(
+        self, key: tuple, x: torch.Tensor, keep: torch.Tensor, count: torch.Tensor, features: tuple[int, ...]
+    ) -> None:
+        """Store the raw sums of x's real positions under ``key``; collect() derives the stats from them.
+
+        Args:
+            x: (B, L, D) with features (-1,), or (B, H, L, K) with features (1, 3).
+            keep: (B, L) float, 1 at real positions; count: its sum.
+        """
+        # Row-wise passes over x, then masking on the small (B, L) results (masking x itself would
+        # cost a full extra copy).
+        xf = x.float()
+        self._acts[key] = {
+            "sumsq": (torch.linalg.vector_norm(xf, dim=features).square() * keep).sum(),
+            "sum": (xf.sum(features) * keep).sum(),
+            "maxabs": (xf.abs().amax(features) * keep).amax(),
+            "n": count * math.prod(x.shape[d] for d in features),
+        }
 
     def _entropy_hooks(self, name: str, attn: MultiHeadAttention, keep_queries: torch.Tensor) -> list:
         """Hooks on the attention's q/k taps (to see its projections without recomputing them)
-        and on the attention itself (to see its mask), computing the mean entropy in nats."""
+        and on the attention itself (to see its mask), storing the mean entropy in nats as metric ``name``."""
         seen: dict[str, torch.Tensor] = {}
 
         def tap(key: str):
@@ -243,7 +299,7 @@ class Telemetry:
             Z = e.sum(-1)  # (B, H, T)
             ent = (Z.log() - (e * z).sum(-1) / Z).mean(1)  # (B, T), mean over heads
             w = keep_queries.float()
-            self._stats[f"{name}/entropy"] = (ent * w).sum() / w.sum()
+            self._stats[name] = (ent * w).sum() / w.sum()
 
         return [
             attn.q_tap.register_forward_hook(tap("q")),
@@ -255,10 +311,10 @@ class Telemetry:
         """Store each block's gradient norm; call after ``backward`` and before clipping."""
         if not self.cfg.grads:
             return
-        for name, layer in self.blocks():
+        for stack, i, layer in self.blocks():
             norms = [torch.linalg.vector_norm(p.grad) for p in layer.parameters() if p.grad is not None]
             if norms:
-                self._stats[f"grad/{name}/norm"] = torch.linalg.vector_norm(torch.stack(norms))
+                self._stats[grad_norm(stack, i).name] = torch.linalg.vector_norm(torch.stack(norms))
 
     @contextmanager
     def watch_update(self) -> Iterator[None]:
@@ -266,14 +322,14 @@ class Telemetry:
         if not self.cfg.updates:
             yield
             return
-        before = {name: [p.detach().clone() for p in layer.parameters()] for name, layer in self.blocks()}
+        before = {(stack, i): [p.detach().clone() for p in layer.parameters()] for stack, i, layer in self.blocks()}
         yield
         with torch.no_grad():
-            for name, layer in self.blocks():
-                pairs = zip(layer.parameters(), before[name], strict=True)
+            for stack, i, layer in self.blocks():
+                pairs = zip(layer.parameters(), before[stack, i], strict=True)
                 delta = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p - b) for p, b in pairs]))
-                weight = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b) for b in before[name]]))
-                self._stats[f"update/{name}/ratio"] = delta / weight
+                weight = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b) for b in before[stack, i]]))
+                self._stats[update_ratio(stack, i).name] = delta / weight
 
     def collect(self) -> dict[str, float]:
         """All recorded statistics as Python floats (one device-to-host transfer), then reset.
@@ -284,15 +340,14 @@ class Telemetry:
         """
         if not self._acts and not self._stats:
             return {}
-        parts = [*self._acts.values(), *(v.reshape(1) for v in self._stats.values())]
-        flat = torch.cat([p.float() for p in parts]).tolist()
+        named = [*(((site, raw), t) for site, sums in self._acts.items() for raw, t in sums.items()), *self._stats.items()]
+        values = torch.stack([t.float() for _, t in named]).tolist()  # the one transfer
+        host = dict(zip((name for name, _ in named), values, strict=True))
         out: dict[str, float] = {}
-        for j, site in enumerate(self._acts):
-            sumsq, total, maxabs, n = flat[4 * j : 4 * j + 4]
-            rms = math.sqrt(sumsq / n)
-            derived = {"rms": rms, "mean": total / n, "maxabs": maxabs, "crest": maxabs / rms if rms else 0.0}
-            out.update({f"{site}/{stat}": derived[stat] for stat in self.cfg.stats})
-        out.update(zip(self._stats, flat[4 * len(self._acts) :], strict=True))
+        for site, sums in self._acts.items():
+            derived = derive_stats({raw: host[site, raw] for raw in sums})
+            out.update({act(*site, stat).name: derived[stat] for stat in self.cfg.stats})
+        out.update({name: host[name] for name in self._stats})
         self._acts.clear()
         self._stats.clear()
         return out
@@ -301,21 +356,3 @@ class Telemetry:
 def first_nonfinite(stats: dict[str, float]) -> str | None:
     """The first metric name (in recording order) whose value is NaN or inf, or None."""
     return next((k for k, v in stats.items() if not math.isfinite(v)), None)
-
-
-_BLOCK_METRIC = re.compile(r"act/(enc|dec)\.(\d+)\.(.+)/(\w+)")
-
-
-def depth_profile(stats: dict[str, float], stat: str = "rms") -> dict[str, list[tuple[int, float]]]:
-    """Per-block metrics ``act/{enc|dec}.{i}.{site}/{stat}`` as lines of (depth, value) per site.
-
-    Depth runs over the encoder, then the decoder (decoder block i sits at n_enc_layers + i),
-    so one axis spans the whole model. Sites outside blocks (embed, final_norm) are left out.
-    """
-    matches = ((_BLOCK_METRIC.fullmatch(k), v) for k, v in stats.items())
-    found = [(m.group(1), int(m.group(2)), m.group(3), v) for m, v in matches if m and m.group(4) == stat]
-    n_enc = 1 + max((i for s, i, _, _ in found if s == "enc"), default=-1)
-    lines: dict[str, list[tuple[int, float]]] = {}
-    for stack, i, site, value in found:
-        lines.setdefault(site, []).append((i + (n_enc if stack == "dec" else 0), value))
-    return lines

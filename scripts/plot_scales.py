@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from model.telemetry import depth_profile  # noqa: E402
+from model.metric_names import STATS, depth_profile  # noqa: E402
 
 
 def read_profiles(run_dir: Path, stat: str) -> dict[int, dict[str, list[tuple[int, float]]]]:
@@ -101,7 +101,7 @@ def plot_depth(profiles: dict, steps: list[int] | None, stat: str, out: Path) ->
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--stat", default="rms", help="rms, mean, maxabs or crest (default rms)")
+    parser.add_argument("--stat", default="rms", choices=STATS, help="the statistic (default rms)")
     parser.add_argument("--site", default="out", help="site of the heatmap, e.g. out, in, ffn (default out)")
     parser.add_argument(
         "--steps", type=int, nargs="*", help="steps of the depth plot (nearest recorded; default: first, middle, last)"

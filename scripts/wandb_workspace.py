@@ -18,6 +18,7 @@ import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 
 from analysis.variants import NORM_KEYS
+from model.metric_names import act, blocks, grad_norm
 
 MAX_RUNS = 100  # runs a panel draws; a sweep is usually 10-50
 
@@ -26,11 +27,6 @@ def line(title: str, metrics: list[str], log_y: bool = False) -> wr.LinePlot:
     """A line plot of ``metrics`` vs step, each runset group drawn as its mean with a min-max band."""
     return wr.LinePlot(title=title, x="Step", y=metrics, log_y=log_y or None, groupby_aggfunc="mean",
                        groupby_rangefunc="minmax", max_runs_to_show=MAX_RUNS)  # fmt: skip
-
-
-def blocks(n_enc_layers: int, n_dec_layers: int) -> list[str]:
-    """Block names in forward order: ``enc.0`` ... ``enc.{n-1}``, ``dec.0`` ... (as in model/telemetry.py)."""
-    return [f"enc.{i}" for i in range(n_enc_layers)] + [f"dec.{i}" for i in range(n_dec_layers)]
 
 
 def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_dec_layers: int) -> ws.Workspace:
@@ -46,7 +42,8 @@ def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_
         raise ValueError(f"entity, project and group must be non-empty, got {entity!r}, {project!r}, {group!r}")
     if n_enc_layers < 0 or n_dec_layers < 0:
         raise ValueError(f"layer counts must be >= 0, got {n_enc_layers} and {n_dec_layers}")
-    names = blocks(n_enc_layers, n_dec_layers)
+    rms = [act(stack, i, "out", "rms") for stack, i in blocks(n_enc_layers, n_dec_layers)]  # in depth order
+    grads = [grad_norm(stack, i) for stack, i in blocks(n_enc_layers, n_dec_layers)]
     sections = [
         ws.Section(name="Loss", is_open=True, panels=[line("train/loss", ["train/loss"]), line("val/loss", ["val/loss"])]),
         ws.Section(
@@ -68,12 +65,12 @@ def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_
         ws.Section(
             name="Residual RMS per block",
             is_open=True,
-            panels=[line(f"{b} out RMS", [f"act/{b}.out/rms"], log_y=True) for b in names],
+            panels=[line(f"{m.block} out RMS", [m.name], log_y=True) for m in rms],
             layout_settings=ws.SectionLayoutSettings(columns=max(1, min(n_enc_layers, 4)), rows=2),
         ),
         ws.Section(
             name="Gradient norm per block",
-            panels=[line(f"{b} grad norm", [f"grad/{b}/norm"], log_y=True) for b in names],
+            panels=[line(f"{m.block} grad norm", [m.name], log_y=True) for m in grads],
             layout_settings=ws.SectionLayoutSettings(columns=max(1, min(n_enc_layers, 4)), rows=2),
         ),
     ]

@@ -3,6 +3,7 @@ Xiong et al. 2020 measured with normlab's own telemetry at initialization."""
 
 import copy
 import math
+import re
 from contextlib import nullcontext
 
 import pytest
@@ -11,17 +12,20 @@ import torch.nn.functional as F
 
 from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.telemetry import STATS, Telemetry, TelemetryConfig, depth_profile, first_nonfinite
+from model.metric_names import ATTENTION_NORM_SITES, SITE_GROUPS, depth_profile, parse
+from model.telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
+from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
-from training.step import train_step
+from training.step import StepOptions, train_step
 
 FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True)
 
 
-def make(placement="pre", kind="layernorm", n=2, d=32, seed=0, dropout=0.0) -> EncoderDecoder:
+def make(placement="pre", kind="layernorm", n=2, d=32, seed=0, dropout=0.0, **attention_norms) -> EncoderDecoder:
     torch.manual_seed(seed)
+    norm = NormConfig(kind=kind, placement=placement, **attention_norms)
     cfg = ModelConfig(src_vocab=30, tgt_vocab=40, d_model=d, n_heads=4, d_ff=2 * d, n_enc_layers=n, n_dec_layers=n,
-                      dropout=dropout, norm=NormConfig(kind=kind, placement=placement))  # fmt: skip
+                      dropout=dropout, norm=norm)  # fmt: skip
     return EncoderDecoder(cfg)
 
 
@@ -113,8 +117,9 @@ def train_steps(model: EncoderDecoder, every: int, steps: int = 4) -> tuple[list
     tele = Telemetry(model, TelemetryConfig(every=every, attn_entropy=True))
     losses, stats = [], []
     for step in range(1, steps + 1):
-        loss, _ = train_step(model, [b], opt, sched, tele, step_tokens=b.n_tgt_tokens, record=tele.due(step, steps),
-                             label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext())  # fmt: skip
+        options = StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext(),
+                              step_tokens=b.n_tgt_tokens, record=tele.due(step, steps))  # fmt: skip
+        loss, _ = train_step(model, [b], opt, sched, tele, options)
         losses.append(loss.item())
         stats.append(tele.collect())
     return losses, stats, [p.detach().clone() for p in model.parameters()], torch.get_rng_state()
@@ -239,3 +244,113 @@ def test_xiong_fig3_post_ln_gradients_grow_toward_the_output_pre_ln_do_not():
     assert post[-1] / post[0] > 2.0, post
     assert pre[-1] / pre[0] < 1.2, pre
     assert post[-1] / post[0] > 2 * pre[-1] / pre[0]
+
+
+def pooled_stats(x: torch.Tensor, pad: torch.Tensor) -> dict[str, float]:
+    """The four stats of a per-head tensor x (B, H, L, K) by hand, over the positions where pad (B, L) is False."""
+    real = x.transpose(1, 2)[~pad].double()  # (N, H, K)
+    rms, maxabs = real.pow(2).mean().sqrt().item(), real.abs().max().item()
+    return {"rms": rms, "mean": real.mean().item(), "maxabs": maxabs, "crest": maxabs / rms}
+
+
+def qkv_model_and_batch():
+    """A pre-LN model with RMSNorm on q and k and LayerNorm on v (weights moved off their init), and
+    a batch whose source and target are padded differently, so a statistic over the wrong side's
+    padding comes out different."""
+    model = make(qk="rmsnorm", v="layernorm").eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if any(f"{site}." in name for site in ATTENTION_NORM_SITES):
+                p.add_(0.3 * torch.randn_like(p))
+    src, tgt_in, tgt_out = batch(pad=False)
+    for row, (n_src, n_tgt) in enumerate([(0, 5), (2, 0), (4, 1), (1, 3), (3, 2), (5, 4)]):
+        if n_src:
+            src[row, -n_src:] = 0
+        if n_tgt:
+            tgt_in[row, -n_tgt:] = 0
+            tgt_out[row, -n_tgt:] = 0
+    return model, src, tgt_in, tgt_out
+
+
+def test_attention_norm_sites_equal_hand_computation_over_each_sides_real_positions():
+    model, src, tgt_in, tgt_out = qkv_model_and_batch()
+    stats = record(model, src, tgt_in, tgt_out)
+    src_pad, tgt_pad = src.eq(0), tgt_out.eq(0)
+
+    def heads(t: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, H, L, K)
+        return t.view(t.shape[0], t.shape[1], 4, -1).transpose(1, 2)
+
+    def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+        return norm.weight * x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+
+    with torch.no_grad():
+        memory = model.encode(src, src_pad)
+        enc_attn = model.encoder[0].self_attn
+        enc_q = rms_norm(heads(enc_attn.branch.q_proj(enc_attn.norm_in(model.src_embed(src)))), enc_attn.branch.q_norm)
+        dec_attn = model.decoder[0].self_attn
+        dec_k = rms_norm(heads(dec_attn.branch.k_proj(dec_attn.norm_in(model.tgt_embed(tgt_in)))), dec_attn.branch.k_norm)
+        cross = model.decoder[1].cross_attn.branch
+        cross_k = rms_norm(heads(cross.k_proj(memory)), cross.k_norm)
+        K = cross.v_norm.weight.shape[0]
+        cross_v = F.layer_norm(heads(cross.v_proj(memory)), (K,), cross.v_norm.weight, cross.v_norm.bias, eps=1e-5)
+    expected = {
+        "enc.0.self_attn.q_norm": pooled_stats(enc_q, src_pad),
+        "dec.0.self_attn.k_norm": pooled_stats(dec_k, tgt_pad),  # decoder self-attention: keys are target positions
+        "dec.1.cross_attn.k_norm": pooled_stats(cross_k, src_pad),  # cross-attention: keys are source positions
+        "dec.1.cross_attn.v_norm": pooled_stats(cross_v, src_pad),
+    }
+    for site, want in expected.items():
+        for stat, value in want.items():
+            assert stats[f"act/{site}/{stat}"] == pytest.approx(value, rel=1e-5, abs=1e-6), (site, stat)
+    assert pooled_stats(cross_k, tgt_pad)["rms"] != pytest.approx(expected["dec.1.cross_attn.k_norm"]["rms"], rel=1e-5)
+
+
+def test_attention_norm_sites_are_named_parse_back_and_ignore_padding():
+    model, src, tgt_in, tgt_out = qkv_model_and_batch()
+    stats = record(model, src, tgt_in, tgt_out)
+    attentions = [("enc", i, "self_attn") for i in range(2)]
+    attentions += [("dec", i, a) for i in range(2) for a in ("self_attn", "cross_attn")]
+    sites = {f"act/{s}.{i}.{a}.{h}/{stat}" for s, i, a in attentions for h in ATTENTION_NORM_SITES for stat in STATS}
+    assert sites <= stats.keys()
+    assert all(parse(k) is not None and parse(k).name == k for k in stats)
+    # More padding on the source than on the target changes none of them.
+    model.zero_grad()
+    pad = lambda t, n: torch.cat([t, torch.zeros(t.shape[0], n, dtype=t.dtype)], dim=1)  # noqa: E731
+    padded = record(model, pad(src, 4), pad(tgt_in, 2), pad(tgt_out, 2))
+    for key in sites:
+        assert padded[key] == pytest.approx(stats[key], rel=1e-4, abs=1e-6), key
+    # Off (nn.Identity) or outside the configured site groups: not recorded.
+    assert not any(".q_norm/" in k for k in record(make(), *batch()))
+    assert not any(".q_norm/" in k for k in record(model, src, tgt_in, tgt_out, TelemetryConfig(every=1, sites=("branch",))))
+
+
+def doc_pattern(pattern: str) -> re.Pattern:
+    """A name pattern of the docs table (``act/{s}.{i}.in/{stat}``) as a regex."""
+    fields = {"s": "enc|dec", "i": r"\d+", "r": "self_attn|cross_attn|ffn", "slot": "norm_in|norm_branch|norm_out",
+              "a": "self_attn|cross_attn", "h": "q_norm|k_norm|v_norm", "stat": "|".join(STATS)}  # fmt: skip
+    return re.compile(re.sub(r"\\{(\w+)\\}", lambda m: f"({fields[m.group(1)]})", re.escape(pattern.strip("`"))))
+
+
+def test_docs_metric_names_table_is_what_each_group_records():
+    rows = [[c.strip("`") for c in row] for row in doc_table("recorded by")]
+    assert len(rows) == 10
+    model = make("sandwich", qk="rmsnorm", v="layernorm")
+    src, tgt_in, tgt_out = batch()
+    for group in dict.fromkeys(row[0] for row in rows):
+        cfg = TelemetryConfig(every=1, sites=(group,) if group in SITE_GROUPS else (), grads=group == "grads",
+                              updates=group == "updates", attn_entropy=group == "attn_entropy")  # fmt: skip
+        tele = Telemetry(model, cfg)
+        with tele.watch(src.eq(0), tgt_out.eq(0)):
+            logits = model(src, tgt_in)
+        F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
+        tele.record_grad_norms()
+        with tele.watch_update(), torch.no_grad():
+            for p in model.parameters():
+                p.sub_(1e-3 * p.grad)
+        model.zero_grad()
+        stats = tele.collect()
+        patterns = [(doc_pattern(pattern), example) for g, pattern, example, _ in rows if g == group]
+        for regex, example in patterns:
+            assert example in stats and regex.fullmatch(example) and parse(example), (group, example)
+        for key in stats:  # every name the group records has its row, and parses back
+            assert any(regex.fullmatch(key) for regex, _ in patterns) and parse(key).name == key, (group, key)

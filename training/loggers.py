@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from model.telemetry import depth_profile
+from model.metric_names import DEPTH_CHART, FAMILIES, depth_profile
 from training.atomic import atomic_write
 from training.status import read_status, write_status
 
@@ -88,7 +88,7 @@ class MetricsLogger:
         ys = [[dict(profile[site]).get(x, float("nan")) for x in xs] for site in sites]
         title = f"RMS vs depth, step {recorded_at}"
         chart = wandb.plot.line_series(xs=xs, ys=ys, keys=sites, title=title, xname="block (enc then dec)")
-        self._wandb.log({"act/rms_vs_depth": chart}, step=step)
+        self._wandb.log({DEPTH_CHART: chart}, step=step)
 
     def close(self) -> None:
         if self._file is not None:
@@ -135,7 +135,7 @@ def start_wandb(run_dir: Path, init_kwargs: dict[str, Any], resume_step: int, la
     if not run_id:
         write_status(run_dir, wandb_id=run.id)
     run.define_metric("trainer/step")
-    for prefix in ("train", "val", "test", "optim", "perf", "mem", "act", "grad", "update", "attn"):
+    for prefix in ("train", "val", "test", "optim", "perf", "mem", *FAMILIES):
         run.define_metric(f"{prefix}/*", step_metric="trainer/step")
     if mode == "offline":
         wandb_dir = Path(run.dir).parents[1]  # <run_dir>/wandb: every attempt's offline-run-*-<id> folder

@@ -1,0 +1,173 @@
+"""Every telemetry metric name, formatted and parsed here and nowhere else, and the depth order.
+
+Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a block index:
+
+- ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
+  ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest);
+- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/entropy``.
+
+Block sites (``BLOCK_SITES``): ``in``, ``out``, a residual sublayer ``{r}`` (its branch output),
+a filled norm slot of it ``{r}.{slot}``, and an attention norm site ``{a}.{q_norm|k_norm|v_norm}``.
+The depth order runs over every encoder block, then every decoder block (:func:`depth`).
+
+A stat is defined here too: its name in ``STATS`` and its value from a site's raw sums
+(:func:`derive_stats`). Imports nothing but the standard library, so the report and the scripts
+can use it anywhere.
+"""
+
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+STACKS = ("enc", "dec")  # in depth order
+STATS = ("rms", "mean", "maxabs", "crest")  # per activation site, each computed by derive_stats
+SITE_GROUPS = ("embed", "in", "branch", "norm", "out", "final_norm")  # the ``telemetry.sites`` config values
+RESIDUALS = ("self_attn", "cross_attn", "ffn")  # residual sublayers, in forward order
+ATTENTIONS = ("self_attn", "cross_attn")
+NORM_SLOTS = ("norm_in", "norm_branch", "norm_out")  # a residual's norms
+ATTENTION_NORM_SITES = ("q_norm", "k_norm", "v_norm")  # per-head norms inside an attention
+STACK_SITES = ("embed", "final_norm")  # act sites of a whole stack (no block index)
+BLOCK_SITES = (
+    "in",
+    "out",
+    *RESIDUALS,
+    *(f"{r}.{slot}" for r in RESIDUALS for slot in NORM_SLOTS),
+    *(f"{a}.{site}" for a in ATTENTIONS for site in ATTENTION_NORM_SITES),
+)
+FAMILY_STATS = {"act": STATS, "grad": ("norm",), "update": ("ratio",), "attn": ("entropy",)}
+FAMILIES = tuple(FAMILY_STATS)
+DEPTH_CHART = "act/rms_vs_depth"  # the wandb chart of RMS vs depth (not a statistic: parses to None)
+
+_NAME = re.compile(r"(?P<family>\w+)/(?P<stack>[a-z]+)(?:\.(?P<layer>0|[1-9]\d*))?(?:\.(?P<site>[a-z_.]+))?/(?P<stat>\w+)")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One telemetry metric; :attr:`name` is its string, :func:`parse` the inverse.
+
+    Attributes:
+        family: one of ``FAMILIES``.
+        stack: ``enc`` or ``dec``.
+        layer: the block index; None for the stack sites ``embed`` and ``final_norm``.
+        site: an act site (``STACK_SITES`` or ``BLOCK_SITES``), the attention of an ``attn``
+            metric, or None (``grad``, ``update``).
+        stat: one of ``FAMILY_STATS[family]``.
+
+    Raises:
+        ValueError: a field outside its valid values (the message names the field and the valid ones).
+    """
+
+    family: str
+    stack: str
+    layer: int | None = None
+    site: str | None = None
+    stat: str | None = None
+
+    def __post_init__(self) -> None:
+        _check("family", self.family, FAMILIES)
+        _check("stack", self.stack, STACKS)
+        _check("stat", self.stat, FAMILY_STATS[self.family])
+        if self.layer is not None and (not isinstance(self.layer, int) or self.layer < 0):
+            raise ValueError(f"metric layer must be an integer >= 0 or None, got {self.layer!r}")
+        if self.family == "act":
+            _check("site", self.site, STACK_SITES if self.layer is None else BLOCK_SITES)
+            return
+        if self.layer is None:
+            raise ValueError(f"a {self.family} metric needs a layer, got None")
+        _check("site", self.site, ATTENTIONS if self.family == "attn" else (None,))
+
+    @property
+    def name(self) -> str:
+        """``{family}/{stack}[.{layer}][.{site}]/{stat}``, e.g. ``act/dec.1.cross_attn.k_norm/rms``."""
+        parts = [self.stack, *([] if self.layer is None else [str(self.layer)]), *([] if self.site is None else [self.site])]
+        return f"{self.family}/{'.'.join(parts)}/{self.stat}"
+
+    @property
+    def block(self) -> str | None:
+        """``{stack}.{layer}`` (``enc.0``), or None for a stack site."""
+        return None if self.layer is None else f"{self.stack}.{self.layer}"
+
+
+def _check(field: str, value: object, valid: tuple) -> None:
+    if value not in valid:
+        raise ValueError(f"unknown metric {field} {value!r}; valid: {', '.join(map(str, valid))}")
+
+
+def parse(name: str) -> Metric | None:
+    """The :class:`Metric` whose :attr:`~Metric.name` is ``name``, or None when ``name`` is not a
+    telemetry metric (``train/loss``, ``act/rms_vs_depth``, an unknown site or stat)."""
+    m = _NAME.fullmatch(name)
+    if m is None:
+        return None
+    layer = None if m["layer"] is None else int(m["layer"])
+    try:
+        return Metric(m["family"], m["stack"], layer, m["site"], m["stat"])
+    except ValueError:
+        return None
+
+
+def derive_stats(raw: dict[str, float]) -> dict[str, float]:
+    """Every stat of ``STATS`` from the raw sums ``model/telemetry.py`` takes of one site's real
+    elements on the device (``sumsq`` = sum x^2, ``sum`` = sum x, ``maxabs`` = max |x|, ``n`` = their
+    count). Definitions and Gaussian baselines: docs/telemetry.md."""
+    rms = math.sqrt(raw["sumsq"] / raw["n"])
+    return {"rms": rms, "mean": raw["sum"] / raw["n"], "maxabs": raw["maxabs"], "crest": raw["maxabs"] / rms if rms else 0.0}
+
+
+def act(stack: str, layer: int | None, site: str, stat: str) -> Metric:
+    """``act/{stack}.{layer}.{site}/{stat}``, or ``act/{stack}.{site}/{stat}`` for a stack site (layer None)."""
+    return Metric("act", stack, layer, site, stat)
+
+
+def grad_norm(stack: str, layer: int) -> Metric:
+    """``grad/{stack}.{layer}/norm``."""
+    return Metric("grad", stack, layer, stat="norm")
+
+
+def update_ratio(stack: str, layer: int) -> Metric:
+    """``update/{stack}.{layer}/ratio``."""
+    return Metric("update", stack, layer, stat="ratio")
+
+
+def attn_entropy(stack: str, layer: int, attention: str) -> Metric:
+    """``attn/{stack}.{layer}.{attention}/entropy``."""
+    return Metric("attn", stack, layer, attention, "entropy")
+
+
+def depth(stack: str, layer: int, n_enc_layers: int) -> int:
+    """The block's position in the depth order: encoder block i at i, decoder block i at n_enc_layers + i.
+
+    Raises:
+        ValueError: an unknown stack.
+    """
+    _check("stack", stack, STACKS)
+    return layer + (n_enc_layers if stack == "dec" else 0)
+
+
+def blocks(n_enc_layers: int, n_dec_layers: int) -> Iterator[tuple[str, int]]:
+    """(stack, layer) of every block in depth order."""
+    for stack, n in zip(STACKS, (n_enc_layers, n_dec_layers), strict=True):
+        yield from ((stack, i) for i in range(n))
+
+
+def n_enc_layers_seen(seen: Iterable[tuple[str, int]]) -> int:
+    """1 + the largest encoder block index among the (stack, layer) pairs ``seen`` (0 when none): the
+    encoder's depth as far as the data shows, for :func:`depth` when the model config is not at hand."""
+    return 1 + max((layer for stack, layer in seen if stack == "enc"), default=-1)
+
+
+def depth_profile(stats: dict[str, float], stat: str = "rms") -> dict[str, list[tuple[int, float]]]:
+    """Per-block metrics ``act/{enc|dec}.{i}.{site}/{stat}`` as lines of (depth, value) per site.
+
+    Depth runs over the encoder, then the decoder (decoder block i sits at n_enc_layers + i, with
+    n_enc_layers taken from the metrics), so one axis spans the whole model. Sites outside blocks
+    (embed, final_norm) are left out.
+    """
+    parsed = ((parse(k), v) for k, v in stats.items())
+    found = [(m, v) for m, v in parsed if m and m.family == "act" and m.layer is not None and m.stat == stat]
+    n_enc = n_enc_layers_seen((m.stack, m.layer) for m, _ in found)
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for m, value in found:
+        lines.setdefault(m.site, []).append((depth(m.stack, m.layer, n_enc), value))
+    return lines

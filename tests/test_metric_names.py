@@ -1,0 +1,152 @@
+"""model/metric_names.py: the one place telemetry metric names are formatted and parsed, and the depth order."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from model.metric_names import (
+    ATTENTIONS,
+    BLOCK_SITES,
+    FAMILIES,
+    FAMILY_STATS,
+    STACK_SITES,
+    STACKS,
+    STATS,
+    Metric,
+    act,
+    attn_entropy,
+    blocks,
+    depth,
+    derive_stats,
+    grad_norm,
+    n_enc_layers_seen,
+    parse,
+    update_ratio,
+)
+
+
+def every_metric() -> list[Metric]:
+    """Every valid metric of a model with blocks 0 and 11 in each stack."""
+    metrics = []
+    for stack in STACKS:
+        metrics += [act(stack, None, site, stat) for site in STACK_SITES for stat in STATS]
+        for layer in (0, 11):
+            metrics += [act(stack, layer, site, stat) for site in BLOCK_SITES for stat in STATS]
+            metrics += [grad_norm(stack, layer), update_ratio(stack, layer)]
+            metrics += [attn_entropy(stack, layer, a) for a in ATTENTIONS]
+    return metrics
+
+
+def test_names_are_the_documented_strings():
+    assert act("enc", None, "embed", "rms").name == "act/enc.embed/rms"
+    assert act("dec", None, "final_norm", "crest").name == "act/dec.final_norm/crest"
+    assert act("enc", 0, "in", "mean").name == "act/enc.0.in/mean"
+    assert act("dec", 2, "cross_attn", "maxabs").name == "act/dec.2.cross_attn/maxabs"
+    assert act("dec", 1, "ffn.norm_branch", "rms").name == "act/dec.1.ffn.norm_branch/rms"
+    assert act("dec", 1, "cross_attn.k_norm", "rms").name == "act/dec.1.cross_attn.k_norm/rms"
+    assert grad_norm("enc", 3).name == "grad/enc.3/norm"
+    assert update_ratio("dec", 0).name == "update/dec.0/ratio"
+    assert attn_entropy("dec", 1, "self_attn").name == "attn/dec.1.self_attn/entropy"
+    assert grad_norm("enc", 3).block == "enc.3" and act("enc", None, "embed", "rms").block is None
+
+
+def test_every_name_of_every_family_parses_back_to_its_metric():
+    metrics = every_metric()
+    assert {m.family for m in metrics} == set(FAMILY_STATS)
+    assert len({m.name for m in metrics}) == len(metrics)  # no two metrics share a name
+    for m in metrics:
+        assert parse(m.name) == m, m.name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "train/loss",
+        "act/rms_vs_depth",  # the wandb depth chart
+        "act/enc.0.outt/rms",  # unknown site
+        "act/enc.0.out/kurt",  # unknown stat
+        "act/mid.0.out/rms",  # unknown stack
+        "act/enc.out/rms",  # a block site without a block
+        "act/enc.0.embed/rms",  # a stack site with a block
+        "act/enc.01.out/rms",  # not how a layer is written
+        "act/enc.0.ffn.q_norm/rms",  # q/k/v norms live in attentions only
+        "grad/enc/norm",
+        "grad/enc.0/ratio",
+        "update/enc.0.out/ratio",
+        "attn/enc.0.ffn/entropy",
+        "weight/enc.0/sigma_max",  # unknown family
+        "act/enc.0.out/rms/extra",
+    ],
+)
+def test_a_bad_name_parses_to_none(name):
+    assert parse(name) is None
+
+
+def test_a_bad_metric_is_a_one_line_error_naming_the_field():
+    with pytest.raises(ValueError, match="unknown metric stat 'kurt'; valid: rms, mean, maxabs, crest"):
+        act("enc", 0, "out", "kurt")
+    with pytest.raises(ValueError, match="unknown metric stack 'mid'; valid: enc, dec"):
+        grad_norm("mid", 0)
+    with pytest.raises(ValueError, match="unknown metric site 'out'; valid: embed, final_norm"):
+        act("enc", None, "out", "rms")
+    with pytest.raises(ValueError, match="layer must be an integer >= 0"):
+        Metric("grad", "enc", -1, stat="norm")
+
+
+def test_every_stat_is_derived_from_the_raw_sums():
+    # x = (1, 3, -2, 2): sum x^2 = 18, sum x = 4, max |x| = 3, n = 4 -> rms = sqrt(18 / 4), mean = 1
+    derived = derive_stats({"sumsq": 18.0, "sum": 4.0, "maxabs": 3.0, "n": 4.0})
+    assert list(derived) == list(STATS)
+    assert derived == pytest.approx({"rms": 4.5**0.5, "mean": 1.0, "maxabs": 3.0, "crest": 3.0 / 4.5**0.5})
+    assert derive_stats({"sumsq": 0.0, "sum": 0.0, "maxabs": 0.0, "n": 4.0})["crest"] == 0.0
+
+
+def test_depth_order_is_encoder_blocks_then_decoder_blocks():
+    assert list(blocks(2, 3)) == [("enc", 0), ("enc", 1), ("dec", 0), ("dec", 1), ("dec", 2)]
+    assert [depth(s, i, 2) for s, i in blocks(2, 3)] == [0, 1, 2, 3, 4]
+    assert n_enc_layers_seen([("dec", 5), ("enc", 0), ("enc", 2)]) == 3
+    assert n_enc_layers_seen([("dec", 1)]) == 0
+    with pytest.raises(ValueError, match="unknown metric stack 'mid'"):
+        depth("mid", 0, 2)
+
+
+def test_names_import_without_torch():
+    # The report and the workspace script read metric names; they should not pay for importing torch.
+    code = "import sys, model.metric_names, analysis.load, scripts.report; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def code_strings(path: Path) -> list[str]:
+    """The string literals of a Python file, f-string pieces included, docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+    ]
+
+
+def test_no_other_source_file_builds_or_parses_a_metric_name():
+    root = Path(__file__).resolve().parents[1]
+    sources = [
+        root / "train.py",
+        *(p for d in ("model", "training", "analysis", "scripts", "data") for p in (root / d).rglob("*.py")),
+    ]
+    offenders = {
+        f"{path.relative_to(root)}: {text!r}"
+        for path in sources
+        if path.name != "metric_names.py"
+        for text in code_strings(path)
+        if text.startswith(tuple(f"{family}/" for family in FAMILIES))
+    }
+    assert not offenders
