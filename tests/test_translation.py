@@ -192,7 +192,7 @@ def test_training_on_a_local_corpus_lowers_the_loss_and_logs_bleu(tmp_path, caps
     assert ckpt["model_config"]["share_embeddings"] is True
     assert (run / "src_vocab.json").read_text() == (run / "tgt_vocab.json").read_text()
     # The predict script translates with the checkpoint's own vocabulary.
-    command = [sys.executable, str(ROOT / "scripts" / "predict.py"), str(run / "checkpoint.pt"), "-", "--beam-size", "2"]
+    command = [sys.executable, "-m", "scripts.predict", str(run / "checkpoint.pt"), "-", "--beam-size", "2"]
     proc = subprocess.run(command, input="zwei Hund ist rot .\ndrei Haus ist blau .\n", capture_output=True, text=True,
                           cwd=ROOT, timeout=120, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
