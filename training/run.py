@@ -57,10 +57,6 @@ class Run:
     counters: dict[str, float] = field(default_factory=lambda: {"wall_s": 0.0, "tgt_tokens": 0})  # over resumes
     last_good: str = "none written yet"  # the checkpoint a diverged run can go back to
 
-    @property
-    def max_steps(self) -> int:
-        return self.cfg.trainer.max_steps
-
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` -> cuda when available, else cpu (``name`` is checked by ``training.schema``).
