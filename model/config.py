@@ -3,18 +3,18 @@
 Imports without Hydra: ``train.py`` turns the Hydra config into these dataclasses.
 
 The norm is planned per block: ``NormConfig``'s keys set every block, ``NormConfig.blocks``
-overrides chosen blocks, and ``NormConfig.spec(stack, index)`` resolves one block's
+overrides chosen blocks, and ``ModelConfig.block_norm(stack, index)`` resolves one block's
 :class:`NormSpec` (see docs/norms.md, "Placement records and per-layer plans").
 """
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from torch import nn
 
 from model.attention import ATTENTION_NORM_KINDS
 from model.norms import build_norm, check_norm
-from model.placements import STACKS, check_placement
+from model.placements import PLACEMENTS, STACKS, check_placement
 
 POSITIONS = ("sinusoidal", "learned")
 
@@ -33,11 +33,14 @@ class NormSpec:
         qk: per-head norm on the queries and keys of every attention in the block, over d_head
             (``model.attention.ATTENTION_NORM_KINDS``); None: off. Uses this spec's impl, eps, bias.
         v: the same on the values; None: off.
+        mix_ln_alpha: the share of each stack's blocks Mix-LN makes post-LN (placement ``mix_ln``:
+            the first floor(alpha * L) blocks), in [0, 1]; unused by other placements.
 
     Raises:
         ValueError: unknown kind, impl, placement or attention norm kind, or an impossible
-            combination (native scalenorm, dyt after the residual addition): the message lists
-            the valid ones; eps not a number > 0.
+            combination (native scalenorm, dyt after the residual addition, HybridNorm without
+            q/k/v norms): the message lists the valid ones; eps not a number > 0; mix_ln_alpha
+            outside [0, 1].
     """
 
     kind: str = "layernorm"
@@ -47,6 +50,7 @@ class NormSpec:
     bias: bool = True
     qk: str | None = None
     v: str | None = None
+    mix_ln_alpha: float = 0.25
 
     def __post_init__(self) -> None:
         check_norm(self.kind, self.impl)
@@ -57,6 +61,12 @@ class NormSpec:
             value = getattr(self, key)
             if value is not None and value not in ATTENTION_NORM_KINDS:
                 raise ValueError(f"unknown norm.{key} {value!r}; valid: null (off), {', '.join(ATTENTION_NORM_KINDS)}")
+        if PLACEMENTS[self.placement].needs_qkv_norm and None in (self.qk, self.v):
+            raise ValueError(f"norm.placement={self.placement!r} normalizes q, k and v inside attention: set norm.qk and norm.v "
+                             f"(got qk={self.qk!r}, v={self.v!r}); valid: {', '.join(ATTENTION_NORM_KINDS)}")  # fmt: skip
+        alpha = self.mix_ln_alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1:
+            raise ValueError(f"norm.mix_ln_alpha must be in [0, 1], got {alpha!r}")
 
     def build(self, dim: int, kind: str | None = None) -> nn.Module:
         """This spec's norm (or the norm ``kind``, e.g. ``self.qk``, with this spec's impl, eps and
@@ -74,7 +84,7 @@ class BlockNorm:
     Attributes:
         stack: ``enc`` or ``dec``; None: both.
         layers: 0-based layer indices in the stack; None: every layer.
-        kind, impl, placement, eps, bias, qk, v: as in :class:`NormSpec`; None keeps the value
+        kind, impl, placement, eps, bias, qk, v, mix_ln_alpha: as in :class:`NormSpec`; None keeps the value
             set by the ``norm.*`` keys (to turn an attention norm off, give ``none``).
     """
 
@@ -87,6 +97,7 @@ class BlockNorm:
     bias: bool | None = None
     qk: str | None = None
     v: str | None = None
+    mix_ln_alpha: float | None = None
 
     def covers(self, stack: str, index: int) -> bool:
         """Whether this entry applies to layer ``index`` of ``stack``."""
@@ -153,13 +164,17 @@ class NormConfig(NormSpec):
             except ValueError as err:
                 raise ValueError(f"norm.blocks[{i}]: {err}") from None
 
-    def spec(self, stack: str, index: int) -> NormSpec:
-        """The resolved norm of layer ``index`` (0-based) of ``stack`` (``enc`` or ``dec``)."""
+    def spec(self, stack: str, index: int, n_layers: int) -> NormSpec:
+        """The resolved norm of layer ``index`` (0-based) of ``stack`` (``enc`` or ``dec``), a stack of
+        ``n_layers`` blocks: a placement that is another one per depth (``Placement.by_depth``:
+        Mix-LN, HybridNorm*) is replaced by that one."""
         values = {key: getattr(self, key) for key in _SPEC_KEYS}
         for block in self.blocks or ():
             if block.covers(stack, index):
                 values.update(block.changes())
-        return NormSpec(**values)
+        spec = NormSpec(**values)
+        by_depth = PLACEMENTS[spec.placement].by_depth
+        return spec if by_depth is None else replace(spec, placement=by_depth(index, n_layers, spec))
 
 
 @dataclass(frozen=True)
@@ -184,7 +199,7 @@ class ModelConfig:
         tie_embeddings: tie the output projection to the target embedding.
         share_embeddings: one embedding matrix for source and target (a joint vocabulary;
             requires src_vocab == tgt_vocab). Set from the data, not a Hydra key.
-        norm: the normalization axes, planned per block (``norm.spec(stack, index)``).
+        norm: the normalization axes, planned per block (``block_norm(stack, index)``).
 
     Raises:
         ValueError: a size out of range, d_model not divisible by n_heads, an unknown
@@ -239,6 +254,10 @@ class ModelConfig:
                 past = [j for j in block.layers or () if j >= n]
                 if past:
                     raise ValueError(f"norm.blocks[{i}].layers has {past[0]}, but model.{key}={n}; valid: 0..{n - 1}")
+
+    def block_norm(self, stack: str, index: int) -> NormSpec:
+        """The resolved norm of layer ``index`` (0-based) of ``stack``: ``norm.spec`` at this stack's depth."""
+        return self.norm.spec(stack, index, self.n_enc_layers if stack == "enc" else self.n_dec_layers)
 
     @property
     def attn_dropout_p(self) -> float:

@@ -1,7 +1,8 @@
 """Encoder and decoder layers: sublayers wrapped in ``Residual`` at each block's planned norm.
 
-Layer ``index`` of a stack takes its norm from ``cfg.norm.spec(stack, index)`` (kind, impl,
-placement, eps, bias, attention norms); the placement record supplies the residual scale.
+Layer ``index`` of a stack takes its norm from ``cfg.block_norm(stack, index)`` (kind, impl,
+placement, eps, bias, attention norms); the placement record supplies the rest (residual scale,
+input-norm factor, gate, B2T's skip over the block).
 
 Shape legend: B batch, S src length, T tgt length, D d_model, F d_ff.
 """
@@ -47,11 +48,12 @@ def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> Mult
     return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, **norms)
 
 
-def residual(cfg: ModelConfig, spec: NormSpec, stack: str, branch: nn.Module) -> Residual:
-    """``branch`` in a residual connection at ``spec``'s placement, its norms built from ``spec``."""
-    placement = PLACEMENTS[spec.placement]
-    alpha = placement.residual_scale(stack, cfg.n_enc_layers, cfg.n_dec_layers)
-    return Residual(branch, placement, lambda: spec.build(cfg.d_model), cfg.dropout, alpha)
+def residual(cfg: ModelConfig, spec: NormSpec, stack: str, index: int, branch: nn.Module) -> Residual:
+    """``branch`` in a residual connection of block ``index`` of ``stack``, planned by ``spec``'s
+    placement record for that sublayer and depth, its norms built from ``spec``."""
+    attention = isinstance(branch, MultiHeadAttention)
+    plan = PLACEMENTS[spec.placement].plan(attention, stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
+    return Residual(branch, plan, lambda: spec.build(cfg.d_model), cfg.dropout, cfg.d_model)
 
 
 class EncoderLayer(nn.Module):
@@ -60,14 +62,15 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, index: int = 0) -> None:
         super().__init__()
-        spec = cfg.norm.spec("enc", index)
-        self.self_attn = residual(cfg, spec, "enc", attention(cfg, spec))
-        self.ffn = residual(cfg, spec, "enc", FeedForward(cfg))
+        spec = cfg.block_norm("enc", index)
+        self.self_attn = residual(cfg, spec, "enc", index, attention(cfg, spec))
+        self.ffn = residual(cfg, spec, "enc", index, FeedForward(cfg))
+        self.block_skip = PLACEMENTS[spec.placement].block_skip
 
     def forward(self, x: torch.Tensor, src_pad_mask: torch.Tensor | None) -> torch.Tensor:
         """x: (B, S, D); src_pad_mask: (B, S) bool, True at padding."""
-        x = self.self_attn(x, None, src_pad_mask)
-        return self.ffn(x)
+        h = self.self_attn(x, None, src_pad_mask)
+        return self.ffn(h, skip=x if self.block_skip else None)
 
 
 class DecoderLayer(nn.Module):
@@ -80,11 +83,12 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, index: int = 0) -> None:
         super().__init__()
-        spec = cfg.norm.spec("dec", index)
+        spec = cfg.block_norm("dec", index)
         self_attn, cross_attn = attention(cfg, spec, causal=True), attention(cfg, spec)
-        self.self_attn = residual(cfg, spec, "dec", self_attn)
-        self.cross_attn = residual(cfg, spec, "dec", cross_attn)
-        self.ffn = residual(cfg, spec, "dec", FeedForward(cfg))
+        self.self_attn = residual(cfg, spec, "dec", index, self_attn)
+        self.cross_attn = residual(cfg, spec, "dec", index, cross_attn)
+        self.ffn = residual(cfg, spec, "dec", index, FeedForward(cfg))
+        self.block_skip = PLACEMENTS[spec.placement].block_skip
 
     def forward(
         self,
@@ -96,6 +100,6 @@ class DecoderLayer(nn.Module):
         """x: (B, T, D); memory: (B, S, D); src_pad_mask: (B, S) bool, True at padding;
         cache: (self-attention, cross-attention) state for incremental decoding."""
         self_cache, cross_cache = cache or (None, None)
-        x = self.self_attn(x, None, None, self_cache)
-        x = self.cross_attn(x, memory, src_pad_mask, cross_cache)
-        return self.ffn(x)
+        h = self.self_attn(x, None, None, self_cache)
+        h = self.cross_attn(h, memory, src_pad_mask, cross_cache)
+        return self.ffn(h, skip=x if self.block_skip else None)  # B2T: the skip spans both attentions

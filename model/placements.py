@@ -9,9 +9,16 @@ x is the residual stream (B, T, D); F is the sublayer (attention or FFN); N is t
 - ``deepnorm`` (DeepNet, Wang et al. 2022, arXiv 2203.00555, Fig. 2): ``x <- N(alpha * x + F(x))``
   with the FFN, value and output projections initialized Xavier-normal with gain beta.
 
+The 2023-2026 variants (formulas, constants and sources: docs/norms.md, "Placements"): ``lns``
+(LayerNorm Scaling), ``mix_ln``, ``hybrid`` / ``hybrid_star`` (HybridNorm), ``res_post`` (output
+norm), ``admin`` and ``keel`` (scaled post-LN, like ``deepnorm``), ``b2t``, ``rezero``,
+``layerscale``, ``tfixup``.
+
 Everything a placement decides is in its :class:`Placement` record: which norm slots of
 ``model.residual.Residual`` it fills, whether a stack of its blocks ends with one more norm, the
-residual scale, the init rule and the norm kinds it rejects. Nothing outside this module names
+residual scale, the init rule, the norm kinds it rejects, and the rarer knobs of the newer
+variants (a scale on the input norm, a learned gate on the branch, a skip over the whole block,
+another placement per depth). Nothing outside this module names
 a placement: a new one is a new row of ``PLACEMENTS``.
 
 Init rules pick matrices by *role*, not by parameter name: every module that owns block matrices
@@ -20,10 +27,15 @@ says which of its ``nn.Linear`` layers plays which role through ``linear_roles()
 attribute cannot silently change an init.
 """
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import torch
 from torch import nn
+
+from model.norms import NORM_KINDS
 
 STACKS = ("enc", "dec")
 
@@ -45,13 +57,80 @@ def deepnorm_constants(n_enc_layers: int, n_dec_layers: int) -> dict[str, tuple[
     }
 
 
+def admin_sublayers(stack: str, n_enc_layers: int, n_dec_layers: int) -> int:
+    """N_r, the residual sublayers Admin counts in a stack: 2 per encoder layer (self-attention,
+    FFN), 3 per decoder layer (self-attention, cross-attention, FFN), as admin-torch's README counts
+    them (``admin_torch.as_module(2 * num_encoder_layers)``, ``3 * num_decoder_layers``)."""
+    return 2 * n_enc_layers if stack == "enc" else 3 * n_dec_layers
+
+
+def admin_omega(n_res: int, output_change: str = "O(logn)") -> float:
+    """Admin's closed-form skip weight omega for N_r residual sublayers (Liu et al. 2020, "Understanding
+    the Difficulty of Training Transformers", arXiv 2004.08249, sec. 4.3; admin-torch's
+    ``calculate_init``): ``sqrt((N_r + 1) / ln(N_r + 1) - 1)`` for an O(log N) output change (the
+    package's default), ``sqrt(N_r)`` for O(1).
+
+    Raises:
+        ValueError: an unknown ``output_change`` (valid: ``O(logn)``, ``O(1)``).
+    """
+    if output_change == "O(logn)":
+        return math.sqrt((n_res + 1) / math.log(n_res + 1) - 1)
+    if output_change == "O(1)":
+        return math.sqrt(n_res)
+    raise ValueError(f"unknown Admin output_change {output_change!r}; valid: O(logn), O(1)")
+
+
+def tfixup_scale(stack: str, n_enc_layers: int, n_dec_layers: int) -> float:
+    """T-Fixup's factor on the value, output and FFN matrices of a stack (Huang et al. 2020,
+    "Improving Transformer Optimization Through Better Initialization", ICML, sec. 3.2):
+    decoder (9M)^(-1/4), encoder 0.67 N^(-1/4)."""
+    return 0.67 * n_enc_layers ** (-1 / 4) if stack == "enc" else (9 * n_dec_layers) ** (-1 / 4)
+
+
+def lns_factor(layer: int, n_layers: int) -> float:
+    """LayerNorm Scaling's factor on a block's input norms: 1 / sqrt(l), l the 1-based block index
+    (Sun et al. 2025, "The Curse of Depth in Large Language Models", arXiv 2502.05795, eq. 8)."""
+    return layer**-0.5
+
+
+def layerscale_init(layer: int, n_layers: int) -> float:
+    """LayerScale's initial lambda for a stack of L blocks (Touvron et al. 2021, CaiT, arXiv 2103.17239,
+    sec. 2.2): 0.1 up to 18 blocks, 1e-5 up to 24, 1e-6 deeper."""
+    return 0.1 if n_layers <= 18 else 1e-5 if n_layers <= 24 else 1e-6
+
+
+def mix_ln_post_blocks(n_layers: int, alpha: float) -> int:
+    """How many leading blocks of an L-block stack Mix-LN makes post-LN: floor(alpha * L) (Li et al.
+    2025, "Mix-LN", ICLR, sec. 3); the rest are pre-LN."""
+    return math.floor(alpha * n_layers)
+
+
+def keel_alpha(stack: str, n_enc_layers: int, n_dec_layers: int) -> float:
+    """Keel's skip weight (TODO: from the paper)."""
+    return 1.0
+
+
 # A rule giving a number per stack: (stack, n_enc_layers, n_dec_layers) -> value.
 StackRule = Callable[[str, int, int], float]
+# A rule giving a number per block: (l, L) -> value, l the 1-based block index, L the blocks in its stack.
+LayerRule = Callable[[int, int], float]
+Slots = tuple[bool, bool, bool]  # (norm_in, norm_branch, norm_out) filled
 
 
 def unit_scale(stack: str, n_enc_layers: int, n_dec_layers: int) -> float:
     """The plain residual ``x + F(x)``: scale 1 in every stack."""
     return 1.0
+
+
+def _matrices(block: nn.Module, roles: tuple[str, ...]) -> set[int]:
+    """ids of the weights of ``block``'s linear layers that play one of ``roles``."""
+    return {
+        id(linear.weight)
+        for module in block.modules()
+        if hasattr(module, "linear_roles")
+        for role, linear in module.linear_roles().items()
+        if role in roles
+    }
 
 
 @dataclass(frozen=True)
@@ -67,16 +146,49 @@ class XavierNormalInit:
         """Re-initialize the 2-D parameters of ``block`` in ``block.parameters()`` order (so the
         RNG draws come in the same order as a loop over parameter names)."""
         gain = self.gain(stack, n_enc_layers, n_dec_layers)
-        scaled = {
-            id(linear.weight)
-            for module in block.modules()
-            if hasattr(module, "linear_roles")
-            for role, linear in module.linear_roles().items()
-            if role in self.roles
-        }
+        scaled = _matrices(block, self.roles)
         for p in block.parameters():
             if p.dim() == 2:
                 nn.init.xavier_normal_(p, gain=gain if id(p) in scaled else 1.0)
+
+
+@dataclass(frozen=True)
+class ScaleInit:
+    """Multiply the matrices playing one of ``roles`` by ``factor(stack, N, M)``, keeping the default
+    init's draws (T-Fixup scales its Xavier init, Huang et al. 2020, sec. 3.2)."""
+
+    roles: tuple[str, ...]
+    factor: StackRule
+
+    @torch.no_grad()
+    def apply(self, block: nn.Module, stack: str, n_enc_layers: int, n_dec_layers: int) -> None:
+        """Scale the chosen matrices of ``block`` in place."""
+        factor = self.factor(stack, n_enc_layers, n_dec_layers)
+        scaled = _matrices(block, self.roles)
+        for p in block.parameters():
+            if id(p) in scaled:
+                p.mul_(factor)
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """A learned scale g on the branch output, ``x <- x + g * F(...)``: one scalar, or one per
+    channel (diag(lambda)), starting at ``init(l, L)``."""
+
+    per_channel: bool
+    init: LayerRule
+
+
+@dataclass(frozen=True)
+class ResidualPlan:
+    """What one residual sublayer builds (``model.residual.Residual``), resolved from its block's
+    placement record and depth: the filled slots, alpha on the skip, a factor on the ``norm_in``
+    output, and the branch gate as (per_channel, initial value) or None."""
+
+    slots: Slots
+    alpha: float = 1.0
+    in_scale: float = 1.0
+    gate: tuple[bool, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,23 +205,53 @@ class Placement:
         residual_scale: alpha in ``x <- norm_out(alpha * x + ...)``, per stack.
         init: re-initializes the block's matrices after the model's default init; None keeps it.
         rejects: norm kinds this placement does not admit.
+        attn_slots: the attention sublayers' slots where they differ from ``slots`` (HybridNorm).
+        needs_qkv_norm: the block's attentions must normalize q, k and v (``norm.qk``, ``norm.v``).
+        in_scale: a factor on the ``norm_in`` output per block, (l, L) -> value (LayerNorm Scaling).
+        gate: a learned scale on every branch output (ReZero, LayerScale); None: none.
+        block_skip: the block input is added once more before the block's last norm (B2T).
+        embed_scale: a factor on the stack's token embedding at init, per stack (T-Fixup); taken
+            from the record of the stack's first block.
+        by_depth: this placement is another one per block: (0-based index, L, the block's spec)
+            -> a placement name (Mix-LN, HybridNorm*); the other fields then go unused.
     """
 
     name: str
-    slots: tuple[bool, bool, bool]
+    slots: Slots
     final_norm: bool
     residual_scale: StackRule = unit_scale
-    init: XavierNormalInit | None = None
+    init: XavierNormalInit | ScaleInit | None = None
     rejects: tuple[str, ...] = ()
+    attn_slots: Slots | None = None
+    needs_qkv_norm: bool = False
+    in_scale: LayerRule | None = None
+    gate: GateRule | None = None
+    block_skip: bool = False
+    embed_scale: StackRule | None = None
+    by_depth: Callable[[int, int, Any], str] | None = None
 
     def admits(self, kind: str) -> bool:
         """Whether norm kind ``kind`` may sit at this placement."""
         return kind not in self.rejects
 
+    def plan(self, attention: bool, stack: str, index: int, n_enc_layers: int, n_dec_layers: int) -> ResidualPlan:
+        """The :class:`ResidualPlan` of one sublayer (an attention when ``attention``) of block
+        ``index`` (0-based) of ``stack``."""
+        n_layers = n_enc_layers if stack == "enc" else n_dec_layers
+        l = index + 1  # noqa: E741 (the papers' name)
+        return ResidualPlan(
+            slots=self.attn_slots if attention and self.attn_slots is not None else self.slots,
+            alpha=self.residual_scale(stack, n_enc_layers, n_dec_layers),
+            in_scale=1.0 if self.in_scale is None else self.in_scale(l, n_layers),
+            gate=None if self.gate is None else (self.gate.per_channel, self.gate.init(l, n_layers)),
+        )
+
 
 # DyT bounds its output to |weight| + |bias|: as the last op of a block (post, deepnorm) it would
 # clip the whole residual stream, so only placements that keep the stream un-normalized take it.
-_BOUNDED = ("dyt",)
+_BOUNDED = ("dyt", "dyisru")
+_NORM_FREE = tuple(k for k in NORM_KINDS if k != "none")  # rejected by the placements with no norm at all
+_POST, _PRE = (False, False, True), (True, False, False)
 
 PLACEMENTS: dict[str, Placement] = {
     p.name: p
@@ -127,6 +269,39 @@ PLACEMENTS: dict[str, Placement] = {
                 gain=lambda stack, n, m: deepnorm_constants(n, m)[stack][1],
             ),
             rejects=_BOUNDED,
+        ),
+        Placement("lns", slots=_PRE, final_norm=True, in_scale=lns_factor),
+        Placement(
+            "mix_ln",
+            slots=_PRE,
+            final_norm=True,
+            rejects=_BOUNDED,
+            by_depth=lambda i, n, spec: "post" if i < mix_ln_post_blocks(n, spec.mix_ln_alpha) else "pre",
+        ),
+        Placement("hybrid", slots=_POST, attn_slots=(False, False, False), final_norm=False, needs_qkv_norm=True,
+                  rejects=_BOUNDED),
+        Placement("hybrid_star", slots=_POST, final_norm=False, needs_qkv_norm=True, rejects=_BOUNDED,
+                  by_depth=lambda i, n, spec: "pre" if i == 0 else "hybrid"),
+        Placement("res_post", slots=(False, True, False), final_norm=True),
+        Placement(
+            "admin",
+            slots=_POST,
+            final_norm=False,
+            residual_scale=lambda stack, n, m: admin_omega(admin_sublayers(stack, n, m)),
+            rejects=_BOUNDED,
+        ),
+        Placement("keel", slots=(True, False, True), final_norm=False, residual_scale=keel_alpha, rejects=_BOUNDED),
+        Placement("b2t", slots=_POST, final_norm=False, block_skip=True, rejects=_BOUNDED),
+        Placement("rezero", slots=(False, False, False), final_norm=False, gate=GateRule(False, lambda l, n: 0.0),
+                  rejects=_NORM_FREE),
+        Placement("layerscale", slots=_PRE, final_norm=True, gate=GateRule(True, layerscale_init)),
+        Placement(
+            "tfixup",
+            slots=(False, False, False),
+            final_norm=False,
+            init=ScaleInit(roles=("attn.v", "attn.out", "ffn.in", "ffn.out"), factor=tfixup_scale),
+            embed_scale=lambda stack, n, m: (9 * m) ** (-1 / 4),
+            rejects=_NORM_FREE,
         ),
     )
 }

@@ -1,11 +1,14 @@
 """Residual connections with the norm at a chosen placement (``model.placements``).
 
 x is the residual stream (B, T, D); F is the sublayer (attention or FFN); N is the chosen norm.
-One block computes ``x <- norm_out(alpha * x + dropout(norm_branch(F(norm_in(x)))))``; its
-placement record says which slots hold a norm and what alpha is.
+One block computes ``x <- norm_out(alpha * x + dropout(g * norm_branch(F(s * norm_in(x)))) [+ skip])``;
+its placement record, resolved for the sublayer and its depth (``Placement.plan``), says which slots
+hold a norm, alpha, the input-norm factor s (LayerNorm Scaling), the learned gate g (ReZero,
+LayerScale), and whether the block input comes back as ``skip`` (B2T).
 
 Dropout acts on the branch output, after N2 for sandwich. Each norm slot a placement leaves
-empty is an ``nn.Identity``, so module paths (and telemetry names) are stable across placements.
+empty, and the gate when there is none, is an ``nn.Identity``, so module paths (and telemetry
+names) are stable across placements.
 """
 
 from collections.abc import Callable
@@ -13,39 +16,59 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from model.placements import Placement
+from model.placements import ResidualPlan
+
+
+class Gate(nn.Module):
+    """``y = weight * x``: a learned scale on a branch output, one scalar (ReZero, Bachlechner et al.
+    2021, arXiv 2003.04887, eq. 4: alpha init 0) or one per channel (LayerScale, Touvron et al. 2021,
+    arXiv 2103.17239, eq. 6: diag(lambda)). Shapes: (..., D) -> (..., D); ``weight`` is (1,) or (D,)."""
+
+    def __init__(self, size: int, init: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((size,), float(init)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
 
 
 class Residual(nn.Module):
-    """``x <- norm_out(alpha * x + dropout(norm_branch(branch(norm_in(x), *context))))``.
+    """``x <- norm_out(alpha * x + dropout(gate(norm_branch(branch(in_scale * norm_in(x), *context)))) [+ skip])``.
 
     Args:
         branch: the sublayer F; called as ``branch(normed_x, *context)``.
-        placement: fills the slots ``norm_in``, ``norm_branch``, ``norm_out`` it names.
+        plan: the filled slots, alpha, in_scale and gate (``model.placements.Placement.plan``).
         make_norm: builds one norm over D (called once per filled slot); the placement already
             admitted its kind.
         dropout: dropout probability on the branch output.
-        alpha: residual scale (the placement's ``residual_scale``; 1 for most).
+        dim: D, the size of a per-channel gate.
 
-    Shapes: x (B, T, D) -> (B, T, D).
+    Shapes: x (B, T, D) -> (B, T, D); ``skip`` (forward) the same shape as x.
     """
 
     def __init__(
-        self, branch: nn.Module, placement: Placement, make_norm: Callable[[], nn.Module], dropout: float, alpha: float = 1.0
+        self, branch: nn.Module, plan: ResidualPlan, make_norm: Callable[[], nn.Module], dropout: float, dim: int
     ) -> None:
         super().__init__()
 
         def slot(used: bool) -> nn.Module:
             return make_norm() if used else nn.Identity()
 
-        use_in, use_branch, use_out = placement.slots
-        self.alpha = alpha
+        use_in, use_branch, use_out = plan.slots
+        self.alpha = plan.alpha
+        self.in_scale = plan.in_scale
         self.norm_in = slot(use_in)
         self.branch = branch
         self.norm_branch = slot(use_branch)
+        self.gate = nn.Identity() if plan.gate is None else Gate(dim if plan.gate[0] else 1, plan.gate[1])
         self.dropout = nn.Dropout(dropout)
         self.norm_out = slot(use_out)
 
-    def forward(self, x: torch.Tensor, *context: torch.Tensor | None) -> torch.Tensor:
-        skip = x if self.alpha == 1.0 else x * self.alpha
-        return self.norm_out(skip + self.dropout(self.norm_branch(self.branch(self.norm_in(x), *context))))
+    def forward(self, x: torch.Tensor, *context: torch.Tensor | None, skip: torch.Tensor | None = None) -> torch.Tensor:
+        """``skip``: a tensor added before ``norm_out`` as well (B2T's block input); None: none."""
+        h = self.norm_in(x)
+        if self.in_scale != 1.0:
+            h = h * self.in_scale
+        y = x if self.alpha == 1.0 else x * self.alpha
+        y = y + self.dropout(self.gate(self.norm_branch(self.branch(h, *context))))
+        return self.norm_out(y if skip is None else y + skip)

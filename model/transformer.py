@@ -19,7 +19,7 @@ def final_norm(cfg: ModelConfig, stack: str, n_layers: int) -> nn.Module:
     """The norm that closes ``stack``, or ``nn.Identity``: the stack's last block decides, by its
     placement record's ``final_norm`` (true iff that block leaves the stream un-normalized), and
     the final norm takes that block's kind, impl, eps and bias."""
-    spec = cfg.norm.spec(stack, n_layers - 1)
+    spec = cfg.block_norm(stack, n_layers - 1)
     return spec.build(cfg.d_model) if PLACEMENTS[spec.placement].final_norm else nn.Identity()
 
 
@@ -83,7 +83,7 @@ class DecoderCache:
 
 class EncoderDecoder(nn.Module):
     """Encoder-decoder Transformer; each block's norm kind/impl/placement comes from the plan
-    ``cfg.norm.spec(stack, index)``.
+    ``cfg.block_norm(stack, index)``.
 
     Module paths are stable across placements (empty norm slots are ``nn.Identity``):
     ``src_embed``, ``encoder.{i}``, ``enc_final_norm``, ``tgt_embed``, ``decoder.{i}``,
@@ -112,7 +112,8 @@ class EncoderDecoder(nn.Module):
         # Xavier-uniform matrices and zero biases as in torch.nn.Transformer; embeddings
         # N(0, D^-1/2) so that after the sqrt(D) scale they have unit variance (fairseq).
         # Parameters are drawn in named_parameters() order, then each block's placement init rule
-        # (DeepNet's beta-scaled Xavier-normal) redraws that block's matrices, in block order.
+        # (DeepNet's beta-scaled Xavier-normal, T-Fixup's scaling) redraws or scales that block's
+        # matrices, in block order.
         for module in self.modules():
             for p in module.parameters(recurse=False):
                 if isinstance(module, nn.Embedding):
@@ -124,9 +125,15 @@ class EncoderDecoder(nn.Module):
         n, m = self.cfg.n_enc_layers, self.cfg.n_dec_layers
         for stack, layers in (("enc", self.encoder), ("dec", self.decoder)):
             for i, layer in enumerate(layers):
-                rule = PLACEMENTS[self.cfg.norm.spec(stack, i).placement].init
+                rule = PLACEMENTS[self.cfg.block_norm(stack, i).placement].init
                 if rule is not None:
                     rule.apply(layer, stack, n, m)
+        # T-Fixup scales the token embeddings too: the record of the stack's first block says by how much.
+        for stack, embed in (("enc", self.src_embed), ("dec", self.tgt_embed)):
+            scale = PLACEMENTS[self.cfg.block_norm(stack, 0).placement].embed_scale
+            if scale is not None:
+                with torch.no_grad():
+                    embed.tokens.weight.mul_(scale(stack, n, m))
 
     def encode(self, src: torch.Tensor, src_pad_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_pad_mask (B, S) bool -> memory (B, S, D)."""
