@@ -7,6 +7,8 @@ input-norm factor, gate, B2T's skip over the block).
 Shape legend: B batch, S src length, T tgt length, D d_model, F d_ff.
 """
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -48,12 +50,22 @@ def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> Mult
     return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, **norms)
 
 
-def residual(cfg: ModelConfig, spec: NormSpec, stack: str, index: int, branch: nn.Module) -> Residual:
-    """``branch`` in a residual connection of block ``index`` of ``stack``, planned by ``spec``'s
-    placement record for that sublayer and depth, its norms built from ``spec``."""
-    attention = isinstance(branch, MultiHeadAttention)
-    plan = PLACEMENTS[spec.placement].plan(attention, stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
-    return Residual(branch, plan, lambda: spec.build(cfg.d_model), cfg.dropout, cfg.d_model)
+def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Callable[[nn.Module], Residual]:
+    """A function wrapping each branch of block ``index`` of ``stack`` in its ``Residual``, planned by
+    ``spec``'s placement record for that sublayer (attention or FFN) and depth, its norms built from
+    ``spec``. A gate the record shares across the block (ReZero) is built once."""
+    placement = PLACEMENTS[spec.placement]
+    shared: list[Residual] = []
+
+    def wrap(branch: nn.Module) -> Residual:
+        plan = placement.plan(isinstance(branch, MultiHeadAttention), stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
+        gate = shared[0].gate if shared else None
+        residual = Residual(branch, plan, lambda: spec.build(cfg.d_model), cfg.dropout, cfg.d_model, gate)
+        if placement.gate is not None and placement.gate.shared:
+            shared.append(residual)
+        return residual
+
+    return wrap
 
 
 class EncoderLayer(nn.Module):
@@ -63,8 +75,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int = 0) -> None:
         super().__init__()
         spec = cfg.block_norm("enc", index)
-        self.self_attn = residual(cfg, spec, "enc", index, attention(cfg, spec))
-        self.ffn = residual(cfg, spec, "enc", index, FeedForward(cfg))
+        wrap = sublayers(cfg, spec, "enc", index)
+        self.self_attn = wrap(attention(cfg, spec))
+        self.ffn = wrap(FeedForward(cfg))
         self.block_skip = PLACEMENTS[spec.placement].block_skip
 
     def forward(self, x: torch.Tensor, src_pad_mask: torch.Tensor | None) -> torch.Tensor:
@@ -84,10 +97,10 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int = 0) -> None:
         super().__init__()
         spec = cfg.block_norm("dec", index)
-        self_attn, cross_attn = attention(cfg, spec, causal=True), attention(cfg, spec)
-        self.self_attn = residual(cfg, spec, "dec", index, self_attn)
-        self.cross_attn = residual(cfg, spec, "dec", index, cross_attn)
-        self.ffn = residual(cfg, spec, "dec", index, FeedForward(cfg))
+        wrap = sublayers(cfg, spec, "dec", index)
+        self.self_attn = wrap(attention(cfg, spec, causal=True))
+        self.cross_attn = wrap(attention(cfg, spec))
+        self.ffn = wrap(FeedForward(cfg))
         self.block_skip = PLACEMENTS[spec.placement].block_skip
 
     def forward(

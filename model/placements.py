@@ -57,10 +57,12 @@ def deepnorm_constants(n_enc_layers: int, n_dec_layers: int) -> dict[str, tuple[
     }
 
 
-def admin_sublayers(stack: str, n_enc_layers: int, n_dec_layers: int) -> int:
-    """N_r, the residual sublayers Admin counts in a stack: 2 per encoder layer (self-attention,
-    FFN), 3 per decoder layer (self-attention, cross-attention, FFN), as admin-torch's README counts
-    them (``admin_torch.as_module(2 * num_encoder_layers)``, ``3 * num_decoder_layers``)."""
+def residual_sublayers(stack: str, n_enc_layers: int, n_dec_layers: int) -> int:
+    """The residual sublayers of a stack: 2 per encoder layer (self-attention, FFN), 3 per decoder
+    layer (self-attention, cross-attention, FFN). Admin's N_r as admin-torch counts it (its
+    docstring: "n-layer Transformer encoder has 2n residual layers"; the original Admin code,
+    Transformer-Clinic, counts 3 per decoder layer), and Keel's alpha = L, "the total number of
+    sub-layers" (Chen & Wei 2026, arXiv 2601.19895)."""
     return 2 * n_enc_layers if stack == "enc" else 3 * n_dec_layers
 
 
@@ -103,11 +105,6 @@ def mix_ln_post_blocks(n_layers: int, alpha: float) -> int:
     """How many leading blocks of an L-block stack Mix-LN makes post-LN: floor(alpha * L) (Li et al.
     2025, "Mix-LN", ICLR, sec. 3); the rest are pre-LN."""
     return math.floor(alpha * n_layers)
-
-
-def keel_alpha(stack: str, n_enc_layers: int, n_dec_layers: int) -> float:
-    """Keel's skip weight (TODO: from the paper)."""
-    return 1.0
 
 
 # A rule giving a number per stack: (stack, n_enc_layers, n_dec_layers) -> value.
@@ -173,21 +170,25 @@ class ScaleInit:
 @dataclass(frozen=True)
 class GateRule:
     """A learned scale g on the branch output, ``x <- x + g * F(...)``: one scalar, or one per
-    channel (diag(lambda)), starting at ``init(l, L)``."""
+    channel (diag(lambda)), starting at ``init(l, L)``; ``shared``: one gate for all the sublayers
+    of a block (ReZero's official code shares its ``resweight``), else one per sublayer."""
 
     per_channel: bool
     init: LayerRule
+    shared: bool = False
 
 
 @dataclass(frozen=True)
 class ResidualPlan:
     """What one residual sublayer builds (``model.residual.Residual``), resolved from its block's
     placement record and depth: the filled slots, alpha on the skip, a factor on the ``norm_in``
-    output, and the branch gate as (per_channel, initial value) or None."""
+    output, whether the skip starts from the ``norm_in`` output, and the branch gate as
+    (per_channel, initial value) or None."""
 
     slots: Slots
     alpha: float = 1.0
     in_scale: float = 1.0
+    normed_skip: bool = False
     gate: tuple[bool, float] | None = None
 
 
@@ -206,6 +207,8 @@ class Placement:
         init: re-initializes the block's matrices after the model's default init; None keeps it.
         rejects: norm kinds this placement does not admit.
         attn_slots: the attention sublayers' slots where they differ from ``slots`` (HybridNorm).
+        normed_skip: the skip starts from the ``norm_in`` output, ``x <- N(x) + F(N(x))``, in the
+            sublayers that fill ``norm_in`` (HybridNorm's FFN).
         needs_qkv_norm: the block's attentions must normalize q, k and v (``norm.qk``, ``norm.v``).
         in_scale: a factor on the ``norm_in`` output per block, (l, L) -> value (LayerNorm Scaling).
         gate: a learned scale on every branch output (ReZero, LayerScale); None: none.
@@ -223,6 +226,7 @@ class Placement:
     init: XavierNormalInit | ScaleInit | None = None
     rejects: tuple[str, ...] = ()
     attn_slots: Slots | None = None
+    normed_skip: bool = False
     needs_qkv_norm: bool = False
     in_scale: LayerRule | None = None
     gate: GateRule | None = None
@@ -243,6 +247,7 @@ class Placement:
             slots=self.attn_slots if attention and self.attn_slots is not None else self.slots,
             alpha=self.residual_scale(stack, n_enc_layers, n_dec_layers),
             in_scale=1.0 if self.in_scale is None else self.in_scale(l, n_layers),
+            normed_skip=self.normed_skip,
             gate=None if self.gate is None else (self.gate.per_channel, self.gate.init(l, n_layers)),
         )
 
@@ -252,6 +257,7 @@ class Placement:
 _BOUNDED = ("dyt", "dyisru")
 _NORM_FREE = tuple(k for k in NORM_KINDS if k != "none")  # rejected by the placements with no norm at all
 _POST, _PRE = (False, False, True), (True, False, False)
+_ALL_ROLES = ("attn.q", "attn.k", "attn.v", "attn.out", "ffn.in", "ffn.out")
 
 PLACEMENTS: dict[str, Placement] = {
     p.name: p
@@ -278,29 +284,36 @@ PLACEMENTS: dict[str, Placement] = {
             rejects=_BOUNDED,
             by_depth=lambda i, n, spec: "post" if i < mix_ln_post_blocks(n, spec.mix_ln_alpha) else "pre",
         ),
-        Placement("hybrid", slots=_POST, attn_slots=(False, False, False), final_norm=False, needs_qkv_norm=True,
-                  rejects=_BOUNDED),
-        Placement("hybrid_star", slots=_POST, final_norm=False, needs_qkv_norm=True, rejects=_BOUNDED,
+        Placement("hybrid", slots=_PRE, attn_slots=(False, False, False), normed_skip=True, final_norm=True,
+                  needs_qkv_norm=True, rejects=_BOUNDED),
+        Placement("hybrid_star", slots=_PRE, final_norm=True, needs_qkv_norm=True, rejects=_BOUNDED,
                   by_depth=lambda i, n, spec: "pre" if i == 0 else "hybrid"),
         Placement("res_post", slots=(False, True, False), final_norm=True),
         Placement(
             "admin",
             slots=_POST,
             final_norm=False,
-            residual_scale=lambda stack, n, m: admin_omega(admin_sublayers(stack, n, m)),
+            residual_scale=lambda stack, n, m: admin_omega(residual_sublayers(stack, n, m)),
             rejects=_BOUNDED,
         ),
-        Placement("keel", slots=(True, False, True), final_norm=False, residual_scale=keel_alpha, rejects=_BOUNDED),
-        Placement("b2t", slots=_POST, final_norm=False, block_skip=True, rejects=_BOUNDED),
-        Placement("rezero", slots=(False, False, False), final_norm=False, gate=GateRule(False, lambda l, n: 0.0),
-                  rejects=_NORM_FREE),
+        Placement("keel", slots=(True, False, True), final_norm=False, residual_scale=residual_sublayers, rejects=_BOUNDED),
+        Placement(
+            "b2t",
+            slots=_POST,
+            final_norm=False,
+            block_skip=True,
+            init=ScaleInit(roles=_ALL_ROLES, factor=lambda stack, n, m: (n if stack == "enc" else m) ** -0.5),
+            rejects=_BOUNDED,
+        ),
+        Placement("rezero", slots=(False, False, False), final_norm=False,
+                  gate=GateRule(False, lambda layer, n: 0.0, shared=True), rejects=_NORM_FREE),
         Placement("layerscale", slots=_PRE, final_norm=True, gate=GateRule(True, layerscale_init)),
         Placement(
             "tfixup",
             slots=(False, False, False),
             final_norm=False,
             init=ScaleInit(roles=("attn.v", "attn.out", "ffn.in", "ffn.out"), factor=tfixup_scale),
-            embed_scale=lambda stack, n, m: (9 * m) ** (-1 / 4),
+            embed_scale=lambda stack, n, m: (9 * (n if stack == "enc" else m)) ** (-1 / 4),
             rejects=_NORM_FREE,
         ),
     )

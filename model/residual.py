@@ -3,8 +3,9 @@
 x is the residual stream (B, T, D); F is the sublayer (attention or FFN); N is the chosen norm.
 One block computes ``x <- norm_out(alpha * x + dropout(g * norm_branch(F(s * norm_in(x)))) [+ skip])``;
 its placement record, resolved for the sublayer and its depth (``Placement.plan``), says which slots
-hold a norm, alpha, the input-norm factor s (LayerNorm Scaling), the learned gate g (ReZero,
-LayerScale), and whether the block input comes back as ``skip`` (B2T).
+hold a norm, alpha, the input-norm factor s (LayerNorm Scaling), whether the skip starts from
+``norm_in(x)`` instead of x (HybridNorm's FFN), the learned gate g (ReZero, LayerScale), and whether
+the block input comes back as ``skip`` (B2T).
 
 Dropout acts on the branch output, after N2 for sandwich. Each norm slot a placement leaves
 empty, and the gate when there is none, is an ``nn.Identity``, so module paths (and telemetry
@@ -33,7 +34,8 @@ class Gate(nn.Module):
 
 
 class Residual(nn.Module):
-    """``x <- norm_out(alpha * x + dropout(gate(norm_branch(branch(in_scale * norm_in(x), *context)))) [+ skip])``.
+    """``x <- norm_out(alpha * x + dropout(gate(norm_branch(branch(in_scale * norm_in(x), *context)))) [+ skip])``,
+    with ``norm_in(x)`` in place of the first x when the plan's ``normed_skip`` is set.
 
     Args:
         branch: the sublayer F; called as ``branch(normed_x, *context)``.
@@ -42,12 +44,20 @@ class Residual(nn.Module):
             admitted its kind.
         dropout: dropout probability on the branch output.
         dim: D, the size of a per-channel gate.
+        gate: the gate to use when the plan has one and it is shared with the block's other
+            sublayers (ReZero); None: a new one from the plan.
 
     Shapes: x (B, T, D) -> (B, T, D); ``skip`` (forward) the same shape as x.
     """
 
     def __init__(
-        self, branch: nn.Module, plan: ResidualPlan, make_norm: Callable[[], nn.Module], dropout: float, dim: int
+        self,
+        branch: nn.Module,
+        plan: ResidualPlan,
+        make_norm: Callable[[], nn.Module],
+        dropout: float,
+        dim: int,
+        gate: Gate | None = None,
     ) -> None:
         super().__init__()
 
@@ -57,16 +67,22 @@ class Residual(nn.Module):
         use_in, use_branch, use_out = plan.slots
         self.alpha = plan.alpha
         self.in_scale = plan.in_scale
+        self.normed_skip = plan.normed_skip
         self.norm_in = slot(use_in)
         self.branch = branch
         self.norm_branch = slot(use_branch)
-        self.gate = nn.Identity() if plan.gate is None else Gate(dim if plan.gate[0] else 1, plan.gate[1])
+        if plan.gate is None:
+            self.gate = nn.Identity()
+        else:
+            self.gate = gate if gate is not None else Gate(dim if plan.gate[0] else 1, plan.gate[1])
         self.dropout = nn.Dropout(dropout)
         self.norm_out = slot(use_out)
 
     def forward(self, x: torch.Tensor, *context: torch.Tensor | None, skip: torch.Tensor | None = None) -> torch.Tensor:
         """``skip``: a tensor added before ``norm_out`` as well (B2T's block input); None: none."""
         h = self.norm_in(x)
+        if self.normed_skip:  # HybridNorm's FFN: the normed stream is what carries on
+            x = h
         if self.in_scale != 1.0:
             h = h * self.in_scale
         y = x if self.alpha == 1.0 else x * self.alpha

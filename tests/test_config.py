@@ -152,7 +152,7 @@ def test_norm_presets_compose_to_the_values_they_had_before_the_shared_base():
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         for name, (kind, impl, placement) in NORM_PRESETS_AT_ABC122C.items():
             norm = OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm)
-            off = {"qk": None, "v": None, "blocks": None}  # attention norms and per-block plans: added later, off
+            off = {"qk": None, "v": None, "blocks": None, "mix_ln_alpha": 0.25}  # keys added later, at their defaults
             assert norm == {"kind": kind, "impl": impl, "placement": placement, "eps": 1e-5, "bias": True, **off}, name
     assert make_cfg().norm == make_cfg("norm=pre_ln").norm  # still the default
 

@@ -12,7 +12,7 @@ from model import EncoderDecoder, ModelConfig, NormConfig
 from model.norms import LayerNorm, RMSNorm
 from model.placements import PLACEMENTS, XavierNormalInit, deepnorm_constants
 from tests.conftest import make_cfg
-from training.run import config_diff, model_config
+from training.run import config_diff, model_config, saved_model_config
 
 V = 43
 NATIVE = ("deepnorm", "post_ln", "post_rms", "pre_ln", "pre_rms", "sandwich_ln")
@@ -196,28 +196,45 @@ def test_init_rules_select_matrices_by_role_not_by_name():
 
 
 def test_placement_records_hold_what_each_placement_decides():
+    pre, post, none = (True, False, False), (False, False, True), (False, False, False)
     assert {name: (p.slots, p.final_norm, p.init is not None) for name, p in PLACEMENTS.items()} == {
-        "post": ((False, False, True), False, False),
-        "pre": ((True, False, False), True, False),
+        "post": (post, False, False),
+        "pre": (pre, True, False),
         "sandwich": ((True, True, False), True, False),
-        "deepnorm": ((False, False, True), False, True),
+        "deepnorm": (post, False, True),
+        "lns": (pre, True, False),
+        "mix_ln": (pre, True, False),  # resolved per block to post or pre (by_depth)
+        "hybrid": (pre, True, False),  # the FFN's; attention: no slot
+        "hybrid_star": (pre, True, False),  # resolved per block to pre or hybrid
+        "res_post": ((False, True, False), True, False),
+        "admin": (post, False, False),
+        "keel": ((True, False, True), False, False),
+        "b2t": (post, False, True),
+        "rezero": (none, False, False),
+        "layerscale": (pre, True, False),
+        "tfixup": (none, False, True),
     }
-    assert [name for name, p in PLACEMENTS.items() if not p.admits("dyt")] == ["post", "deepnorm"]
-    assert {name: p.residual_scale("dec", 6, 6) for name, p in PLACEMENTS.items()} == pytest.approx(
-        {"post": 1.0, "pre": 1.0, "sandwich": 1.0, "deepnorm": 18**0.25}
+    bounded = ["post", "deepnorm", "mix_ln", "hybrid", "hybrid_star", "admin", "keel", "b2t", "rezero", "tfixup"]
+    assert [name for name, p in PLACEMENTS.items() if not p.admits("dyt")] == bounded
+    assert [name for name, p in PLACEMENTS.items() if not p.admits("layernorm")] == ["rezero", "tfixup"]
+    assert {name: p.residual_scale("dec", 6, 6) for name, p in PLACEMENTS.items() if p.residual_scale("dec", 6, 6) != 1} == (
+        pytest.approx({"deepnorm": 18**0.25, "admin": math.sqrt(19 / math.log(19) - 1), "keel": 18})
     )
+    assert {name for name, p in PLACEMENTS.items() if p.by_depth} == {"mix_ln", "hybrid_star"}
+    assert {name for name, p in PLACEMENTS.items() if p.block_skip} == {"b2t"}
+    assert {name for name, p in PLACEMENTS.items() if p.gate} == {"rezero", "layerscale"}
 
 
 def test_old_checkpoints_model_config_matches_the_default_plan():
     new = ModelConfig(src_vocab=V, tgt_vocab=V).to_dict()
-    old = {**new, "norm": {k: v for k, v in new["norm"].items() if k not in ("qk", "v", "blocks")}}  # before issue 12
-    assert config_diff(old, new) == ""
+    old = {**new, "norm": {k: v for k, v in new["norm"].items() if k not in ("qk", "v", "blocks", "mix_ln_alpha")}}
+    assert config_diff(saved_model_config(old), new) == ""  # a checkpoint from before issue 12 resumes
     planned = ModelConfig(
         src_vocab=V, tgt_vocab=V, norm=NormConfig(blocks=[{"stack": "enc", "layers": [0], "placement": "post"}])
     )
     saved = planned.to_dict()
     assert saved["norm"]["blocks"] == ({"stack": "enc", "layers": (0,), "kind": None, "impl": None, "placement": "post",
-                                        "eps": None, "bias": None, "qk": None, "v": None},)  # fmt: skip
+                                        "eps": None, "bias": None, "qk": None, "v": None, "mix_ln_alpha": None},)  # fmt: skip
     assert NormConfig(**saved["norm"]) == planned.norm  # a checkpoint rebuilds the same plan (scripts/predict.py)
     assert NormConfig(blocks=[]).blocks is None
 
@@ -234,7 +251,7 @@ def test_old_checkpoints_model_config_matches_the_default_plan():
          r"norm.blocks\[0\].layers has 5, but model.n_enc_layers=2; valid: 0..1$"),
         ({"blocks": [{"stack": "dec"}]}, r"norm.blocks\[0\] changes nothing; give at least one of: kind, impl, placement,"),
         ({"kind": "dyt", "blocks": [{"layers": [1], "placement": "post"}]},
-         r"norm.blocks\[0\]: norm.kind='dyt' cannot be used with norm.placement='post'; valid placements for it: pre, sandwich"),
+         r"norm.blocks\[0\]: norm.kind='dyt' cannot be used with norm.placement='post'; valid placements for it: pre, sandwich, lns, res_post, layerscale"),
         ({"qk": "l2"}, r"unknown norm.qk 'l2'; valid: null \(off\), none, layernorm, rmsnorm"),
     ],
 )  # fmt: skip

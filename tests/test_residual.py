@@ -8,7 +8,7 @@ from torch import nn
 
 from model import EncoderDecoder, ModelConfig, NormConfig
 from model.norms import build_norm
-from model.placements import PLACEMENTS, deepnorm_constants
+from model.placements import PLACEMENTS, ResidualPlan, deepnorm_constants
 from model.residual import Residual
 
 D = 16
@@ -31,7 +31,8 @@ def test_each_placement_computes_its_formula(placement, formula):
     torch.manual_seed(0)
     branch = nn.Linear(D, D)
     alpha = 1.7 if placement == "deepnorm" else 1.0
-    residual = Residual(branch, PLACEMENTS[placement], lambda: build_norm("layernorm", D), dropout=0.0, alpha=alpha)
+    plan = ResidualPlan(PLACEMENTS[placement].slots, alpha=alpha)
+    residual = Residual(branch, plan, lambda: build_norm("layernorm", D), dropout=0.0, dim=D)
     x = torch.randn(3, 5, D) * 4
     torch.testing.assert_close(residual(x), formula(x, branch, alpha), atol=1e-5, rtol=0)
 
@@ -50,10 +51,18 @@ def test_deepnorm_constants_table(n, enc, dec, torchscale_enc_beta):
     assert c["enc"][1] * 1.15 / 0.87 == pytest.approx(torchscale_enc_beta, abs=1e-3)
 
 
+def norm_for(placement: str, kind: str = "layernorm") -> NormConfig:
+    """The norm config of ``placement``: no norm kind where it takes none, q/k/v norms where it needs them."""
+    if not PLACEMENTS[placement].admits(kind):
+        kind = "none"
+    qkv = "layernorm" if PLACEMENTS[placement].needs_qkv_norm else None
+    return NormConfig(kind=kind, placement=placement, qk=qkv, v=qkv)
+
+
 def make(placement: str, kind: str = "layernorm", n: int = 6) -> EncoderDecoder:
     torch.manual_seed(0)
     cfg = ModelConfig(src_vocab=10, tgt_vocab=10, d_model=64, n_heads=4, d_ff=128, n_enc_layers=n, n_dec_layers=n,
-                      norm=NormConfig(kind=kind, placement=placement))  # fmt: skip
+                      norm=norm_for(placement, kind))  # fmt: skip
     return EncoderDecoder(cfg)
 
 
@@ -80,11 +89,13 @@ def test_deepnorm_scales_residual_and_the_reference_matrices():
 def test_final_norm_iff_stream_left_unnormalized(placement):
     model = make(placement, n=1)
     assert (not isinstance(model.enc_final_norm, nn.Identity)) == PLACEMENTS[placement].final_norm
-    assert PLACEMENTS[placement].final_norm == (placement in ("pre", "sandwich"))
+    unnormalized = ("pre", "sandwich", "lns", "mix_ln", "hybrid", "hybrid_star", "res_post", "layerscale")
+    assert PLACEMENTS[placement].final_norm == (placement in unnormalized)
 
 
 def test_module_paths_are_the_same_for_every_placement():
-    names = {p: [n for n, _ in make(p, n=2).named_modules()] for p in PLACEMENTS}
+    # remove_duplicate=False: ReZero's gate is one module at two paths of a block (shared, like a tied weight)
+    names = {p: [n for n, _ in make(p, n=2).named_modules(remove_duplicate=False)] for p in PLACEMENTS}
     assert all(v == names["pre"] for v in names.values())
 
 
@@ -98,10 +109,10 @@ def test_sandwich_fills_input_and_branch_slots():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"placement": "middle"}, "unknown norm.placement 'middle'; valid placements: post, pre, sandwich, deepnorm"),
+        ({"placement": "middle"}, "unknown norm.placement 'middle'; valid placements: post, pre, sandwich, deepnorm, lns, mix_ln, hybrid, hybrid_star, res_post, admin, keel, b2t, rezero, layerscale, tfixup"),
         (
             {"kind": "dyt", "placement": "post"},
-            "norm.kind='dyt' cannot be used with norm.placement='post'; valid placements for it: pre, sandwich",
+            "norm.kind='dyt' cannot be used with norm.placement='post'; valid placements for it: pre, sandwich, lns, res_post, layerscale",
         ),
         ({"kind": "scalenorm", "impl": "native"}, "has no impl 'native'"),
     ],

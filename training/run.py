@@ -75,6 +75,13 @@ def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig
     )  # fmt: skip
 
 
+def saved_model_config(saved: dict) -> dict:
+    """A checkpoint's ``model_config`` with the keys added since it was written at their defaults
+    (``norm.qk``, ``norm.v``, ``norm.blocks``, ``norm.mix_ln_alpha``), so that it compares equal to
+    the same model built today."""
+    return ModelConfig(**{**saved, "norm": NormConfig(**saved["norm"])}).to_dict()
+
+
 def config_diff(old: dict, new: dict, prefix: str = "") -> str:
     """``key: checkpoint A, this run B`` for each differing key (nested dicts joined with dots)."""
     out = []
@@ -117,7 +124,7 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
         check_budget(split, tc.max_tokens)
     mcfg = replace(mcfg, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
                    share_embeddings=task.share_embeddings)  # fmt: skip
-    if ckpt and (diff := config_diff(ckpt["model_config"], mcfg.to_dict())):
+    if ckpt and (diff := config_diff(saved_model_config(ckpt["model_config"]), mcfg.to_dict())):
         raise ValueError(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
     model = EncoderDecoder(mcfg).to(device)
     opt = build_optimizer(model, cfg.optim.lr, tuple(cfg.optim.betas), cfg.optim.weight_decay, cfg.optim.eps)
