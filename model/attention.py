@@ -15,8 +15,14 @@ Norm sites: optional per-head norms over K on the queries, keys and values (``q_
 scores, as QK-norm (Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters",
 arXiv 2302.05442, paragraph "QK Normalization": LayerNorm on q and k). Keys and values are
 normalized before they enter the cache, so the cross-attention's are normalized once per source.
+
+With l2-normalized q and k (``l2``), q.k is the cosine similarity, at most 1, too flat for a
+softmax; a learned scalar ``temperature`` g makes the logits ``g * cos(q, k)`` (Henry et al. 2020,
+"Query-Key Normalization for Transformers", Findings of EMNLP: the learned g, ``ScaleUp`` in the
+official code CyndxAI/QKNorm; x-transformers' ``qk_norm_scale`` keeps it fixed at 10).
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -24,7 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 
 # Norm kinds offered at the attention norm sites (``norm.qk``, ``norm.v``), over d_head.
-ATTENTION_NORM_KINDS = ("none", "layernorm", "rmsnorm")
+ATTENTION_NORM_KINDS = ("none", "layernorm", "rmsnorm", "l2")
+# Initial temperature g of l2 QK-norm: x-transformers' default ``qk_norm_scale = 10``.
+QK_L2_TEMPERATURE = 10.0
 
 
 @dataclass
@@ -54,6 +62,9 @@ class MultiHeadAttention(nn.Module):
         causal: mask future keys (decoder self-attention).
         q_norm, k_norm, v_norm: per-head norms over K = D // H on the queries, keys and values
             (weights shared by the heads); None: ``nn.Identity``.
+        temperature: initial value of a learned scalar g (parameter ``temperature``, shape (1,),
+            shared by the heads) for l2-normalized q and k: the logits become ``g * q.k``, the
+            cosine similarity times g, instead of ``q.k / sqrt(K)``; None: no such parameter.
     """
 
     def __init__(
@@ -66,6 +77,7 @@ class MultiHeadAttention(nn.Module):
         q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
         v_norm: nn.Module | None = None,
+        temperature: float | None = None,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -78,6 +90,8 @@ class MultiHeadAttention(nn.Module):
         self.q_norm = nn.Identity() if q_norm is None else q_norm
         self.k_norm = nn.Identity() if k_norm is None else k_norm
         self.v_norm = nn.Identity() if v_norm is None else v_norm
+        # A plain None attribute when off: models without it keep exactly their state dict.
+        self.temperature = None if temperature is None else nn.Parameter(torch.tensor([float(temperature)]))
         # Named identity taps: telemetry hooks read q and k here instead of recomputing them.
         self.q_tap = nn.Identity()
         self.k_tap = nn.Identity()
@@ -109,7 +123,12 @@ class MultiHeadAttention(nn.Module):
         kv = x if memory is None else memory
         B, T, D = x.shape
         H, K = self.n_heads, D // self.n_heads
-        q = self.q_tap(self.q_norm(self.q_proj(x).view(B, T, H, K).transpose(1, 2)))  # (B, H, T, K)
+        q = self.q_norm(self.q_proj(x).view(B, T, H, K).transpose(1, 2))  # (B, H, T, K)
+        if self.temperature is not None:
+            # SDPA divides q.k by sqrt(K): g * sqrt(K) on q leaves g * q.k. Before the tap, so telemetry's
+            # q.k / sqrt(K) still recomputes the true logits.
+            q = q * (self.temperature.to(q.dtype) * math.sqrt(K))
+        q = self.q_tap(q)
         past = 0 if cache is None or memory is not None else len(cache)
         if cache is not None and memory is not None and cache.k is not None:
             k, v = cache.k, cache.v  # (B, H, S, K), projected (and normalized) from the memory at the first step

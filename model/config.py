@@ -29,18 +29,19 @@ class NormSpec:
         impl: ``custom`` or ``native`` (layernorm and rmsnorm only).
         placement: ``model.placements.PLACEMENTS``.
         eps: numerical-stability constant of the norm.
-        bias: layernorm and dyt learn a shift (beta); ignored by kinds without one.
+        bias: layernorm, dyt and dyisru learn a shift; ignored by kinds without one.
         qk: per-head norm on the queries and keys of every attention in the block, over d_head
-            (``model.attention.ATTENTION_NORM_KINDS``); None: off. Uses this spec's impl, eps, bias.
+            (``model.attention.ATTENTION_NORM_KINDS``; ``l2`` adds a learned temperature); None: off.
+            Uses this spec's impl, eps, bias.
         v: the same on the values; None: off.
         mix_ln_alpha: the share of each stack's blocks Mix-LN makes post-LN (placement ``mix_ln``:
             the first floor(alpha * L) blocks), in [0, 1]; unused by other placements.
 
     Raises:
         ValueError: unknown kind, impl, placement or attention norm kind, or an impossible
-            combination (native scalenorm, dyt after the residual addition, HybridNorm without
-            q/k/v norms): the message lists the valid ones; eps not a number > 0; mix_ln_alpha
-            outside [0, 1].
+            combination (native scalenorm or l2, dyt or dyisru after the residual addition,
+            HybridNorm without q/k/v norms): the message lists the valid ones; eps not a number
+            > 0; mix_ln_alpha outside [0, 1].
     """
 
     kind: str = "layernorm"
@@ -61,6 +62,8 @@ class NormSpec:
             value = getattr(self, key)
             if value is not None and value not in ATTENTION_NORM_KINDS:
                 raise ValueError(f"unknown norm.{key} {value!r}; valid: null (off), {', '.join(ATTENTION_NORM_KINDS)}")
+            if value is not None:  # the site uses this spec's impl: none and l2 have no native one
+                check_norm(value, self.impl, key=f"norm.{key}", kinds=ATTENTION_NORM_KINDS)
         if PLACEMENTS[self.placement].needs_qkv_norm and None in (self.qk, self.v):
             raise ValueError(f"norm.placement={self.placement!r} normalizes q, k and v inside attention: set norm.qk and norm.v "
                              f"(got qk={self.qk!r}, v={self.v!r}); valid: {', '.join(ATTENTION_NORM_KINDS)}")  # fmt: skip
@@ -69,9 +72,10 @@ class NormSpec:
             raise ValueError(f"norm.mix_ln_alpha must be in [0, 1], got {alpha!r}")
 
     def build(self, dim: int, kind: str | None = None) -> nn.Module:
-        """This spec's norm (or the norm ``kind``, e.g. ``self.qk``, with this spec's impl, eps and
-        bias) over a last dimension of size ``dim``; see ``model.norms.build_norm``."""
-        return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias)
+        """This spec's norm over a last dimension of size ``dim``, or the attention-site norm ``kind``
+        (``self.qk``, ``self.v``: ``l2`` included) with this spec's impl, eps and bias; see
+        ``model.norms.build_norm``."""
+        return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias, attention=kind is not None)
 
 
 _SPEC_KEYS = tuple(f.name for f in fields(NormSpec))

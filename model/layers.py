@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from model.attention import KVCache, MultiHeadAttention
+from model.attention import QK_L2_TEMPERATURE, KVCache, MultiHeadAttention
 from model.config import ModelConfig, NormSpec
 from model.placements import PLACEMENTS
 from model.residual import Residual
@@ -40,14 +40,16 @@ class FeedForward(nn.Module):
 
 
 def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> MultiHeadAttention:
-    """A ``MultiHeadAttention`` with the norm sites ``spec.qk`` / ``spec.v`` over d_head (None: off)."""
+    """A ``MultiHeadAttention`` with the norm sites ``spec.qk`` / ``spec.v`` over d_head (None: off),
+    and a learned temperature (init ``QK_L2_TEMPERATURE``) where q and k are l2-normalized."""
     d_head = cfg.d_model // cfg.n_heads
 
     def site(kind: str | None) -> nn.Module | None:
         return None if kind is None else spec.build(d_head, kind)
 
     norms = {"q_norm": site(spec.qk), "k_norm": site(spec.qk), "v_norm": site(spec.v)}
-    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, **norms)
+    temperature = QK_L2_TEMPERATURE if spec.qk == "l2" else None
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, temperature=temperature, **norms)
 
 
 def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Callable[[nn.Module], Residual]:

@@ -16,7 +16,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "none")
+NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none")
+# Kinds only the attention norm sites build (over d_head, ``model.attention.ATTENTION_NORM_KINDS``):
+# never a ``norm.kind``, since an l2-normalized residual stream has norm 1, not the RMS 1 the rest expects.
+ATTENTION_ONLY_KINDS = ("l2",)
 NORM_IMPLS = ("custom", "native")
 
 
@@ -114,8 +117,57 @@ class DyT(nn.Module):
         return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
 
 
+class DyISRU(nn.Module):
+    """Dynamic Inverse Square Root Unit (Stollenwerk 2025, "On the Mathematical Relationship Between
+    Layer Normalization and Dynamic Activation Functions", arXiv 2503.21708 v3), the element-wise
+    counterpart of RMSNorm: ``y = weight * sqrt(D) * x / sqrt(beta + x^2) + bias``.
+
+    RMSNorm's ``y_i = sqrt(D) x_i / sqrt(x_i^2 + sum_{j != i} x_j^2)`` with the other channels' sum
+    replaced by one learned scalar ``beta`` (the paper's global parameter). The paper gives no init;
+    normlab starts beta at D: for unit-RMS input that sum is about D - 1, so DyISRU then matches
+    RMSNorm to a relative ``1 - (1 + x_i^2 / D)^(-1/2) <= x_i^2 / (2D)`` per element. ``weight`` starts
+    at 1 and ``bias`` at 0, as DyT's. The output is bounded by ``|weight| sqrt(D) + |bias|``.
+    Computed in float32; beta must stay > 0 (it starts at D and gets no weight decay, being a scalar).
+
+    Shapes: input (..., D); output the same shape and dtype.
+    """
+
+    def __init__(self, dim: int, bias: bool = True) -> None:
+        super().__init__()
+        self.scale = dim**0.5
+        self.beta = nn.Parameter(torch.tensor([float(dim)]))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = self.scale * xf * torch.rsqrt(self.beta.float() + xf.pow(2)) * self.weight.float()
+        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
+
+
+class L2Norm(nn.Module):
+    """L2 normalization ``y = x / max(||x||_2, eps)`` over the last dimension, no parameters (what
+    ``F.normalize(x, dim=-1, eps=eps)`` computes): q and k per head in QK-norm (Henry et al. 2020,
+    "Query-Key Normalization for Transformers", Findings of EMNLP; official code CyndxAI/QKNorm,
+    ``F.normalize`` then the learned scale ``ScaleUp``), the scale being
+    ``model.attention.MultiHeadAttention``'s ``temperature``. Computed in float32. An attention-site
+    kind only (``ATTENTION_ONLY_KINDS``).
+
+    Shapes: input (..., D); output the same shape and dtype.
+    """
+
+    def __init__(self, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        norm = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).clamp_min(self.eps)  # (..., 1)
+        return (xf / norm).to(x.dtype)
+
+
 # (kind, impl) -> factory(dim, eps, bias). ``bias`` only matters for kinds that have a shift
-# (layernorm, dyt); the others have none to drop.
+# (layernorm, dyt, dyisru); the others have none to drop.
 _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("layernorm", "custom"): lambda dim, eps, bias: LayerNorm(dim, eps, bias),
     ("layernorm", "native"): lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
@@ -123,35 +175,44 @@ _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("rmsnorm", "native"): lambda dim, eps, bias: nn.RMSNorm(dim, eps=eps),
     ("scalenorm", "custom"): lambda dim, eps, bias: ScaleNorm(dim, eps),
     ("dyt", "custom"): lambda dim, eps, bias: DyT(dim, bias),
+    ("dyisru", "custom"): lambda dim, eps, bias: DyISRU(dim, bias),
     ("none", "custom"): lambda dim, eps, bias: nn.Identity(),
+    ("l2", "custom"): lambda dim, eps, bias: L2Norm(eps),
 }
 
 
-def check_norm(kind: str, impl: str) -> None:
-    """Raise ``ValueError`` naming the bad value and the valid choices if (kind, impl) is unknown."""
-    if kind not in NORM_KINDS:
-        raise ValueError(f"unknown norm.kind {kind!r}; valid kinds: {', '.join(NORM_KINDS)}")
+def check_norm(kind: str, impl: str, *, key: str = "norm.kind", kinds: tuple[str, ...] = NORM_KINDS) -> None:
+    """Raise ``ValueError`` naming the bad value and the valid choices if ``kind`` is not one of
+    ``kinds`` (the residual stream's, by default), ``impl`` is unknown or ``kind`` has no ``impl``.
+    ``key`` is the config key the message names (``norm.qk`` for an attention site)."""
+    if kind not in kinds:
+        raise ValueError(f"unknown {key} {kind!r}; valid kinds: {', '.join(kinds)}")
     if impl not in NORM_IMPLS:
         raise ValueError(f"unknown norm.impl {impl!r}; valid impls: {', '.join(NORM_IMPLS)}")
     if (kind, impl) not in _REGISTRY:
-        valid = ", ".join(f"{k}/{i}" for k, i in _REGISTRY)
-        raise ValueError(f"norm.kind={kind!r} has no impl {impl!r}; valid kind/impl pairs: {valid}")
+        valid = ", ".join(f"{k}/{i}" for k, i in _REGISTRY if k in kinds)
+        raise ValueError(f"{key}={kind!r} has no impl {impl!r}; valid kind/impl pairs: {valid}")
 
 
-def build_norm(kind: str, dim: int, *, impl: str = "custom", eps: float = 1e-5, bias: bool = True) -> nn.Module:
+def build_norm(
+    kind: str, dim: int, *, impl: str = "custom", eps: float = 1e-5, bias: bool = True, attention: bool = False
+) -> nn.Module:
     """Build the norm ``kind`` over the last dimension of size ``dim``.
 
     Args:
-        kind: one of ``NORM_KINDS``; ``none`` is ``nn.Identity`` (the no-norm baseline).
-        dim: D, the normalized dimension (d_model).
+        kind: one of ``NORM_KINDS``; ``none`` is ``nn.Identity`` (the no-norm baseline). With
+            ``attention``, also ``ATTENTION_ONLY_KINDS`` (``l2``).
+        dim: D, the normalized dimension (d_model; d_head at an attention site).
         impl: ``custom`` (this module, from the formula) or ``native`` (``nn.LayerNorm``,
             ``nn.RMSNorm``; only those two kinds have one).
         eps: numerical-stability constant, passed explicitly to native modules too.
-        bias: give layernorm and dyt a learned shift; ignored by kinds without one.
+        bias: give layernorm, dyt and dyisru a learned shift; ignored by kinds without one.
+        attention: the norm sits at an attention site (q, k or v over d_head), where the
+            attention-only kinds are valid too.
 
     Raises:
         ValueError: unknown kind or impl, or a kind without that impl (the message lists the
             valid ones).
     """
-    check_norm(kind, impl)
+    check_norm(kind, impl, kinds=NORM_KINDS + ATTENTION_ONLY_KINDS if attention else NORM_KINDS)
     return _REGISTRY[(kind, impl)](dim, eps, bias)

@@ -252,8 +252,9 @@ class Placement:
         )
 
 
-# DyT bounds its output to |weight| + |bias|: as the last op of a block (post, deepnorm) it would
-# clip the whole residual stream, so only placements that keep the stream un-normalized take it.
+# DyT bounds its output to |weight| + |bias|, DyISRU to |weight| sqrt(D) + |bias|: as the last op of a
+# block (post, deepnorm) either would clip the whole residual stream, so only placements that keep
+# the stream un-normalized take them.
 _BOUNDED = ("dyt", "dyisru")
 _NORM_FREE = tuple(k for k in NORM_KINDS if k != "none")  # rejected by the placements with no norm at all
 _POST, _PRE = (False, False, True), (True, False, False)

@@ -4,7 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from model.norms import NORM_KINDS, build_norm
+from model.config import NormSpec
+from model.norms import ATTENTION_ONLY_KINDS, NORM_KINDS, build_norm
+from model.placements import PLACEMENTS
 
 WITH_NATIVE = [("layernorm", True), ("layernorm", False), ("rmsnorm", True)]  # (kind, bias)
 
@@ -81,6 +83,59 @@ def test_dyt_is_tanh_of_half_x_at_init():
     assert {n for n, _ in build_norm("dyt", 16).named_parameters()} == {"alpha", "weight", "bias"}
 
 
+def test_dyisru_formula_by_hand():
+    torch.manual_seed(0)
+    D = 16
+    norm = build_norm("dyisru", D)
+    assert {n: tuple(p.shape) for n, p in norm.named_parameters()} == {"beta": (1,), "weight": (D,), "bias": (D,)}
+    assert norm.beta.item() == D and torch.equal(norm.weight, torch.ones(D)) and torch.equal(norm.bias, torch.zeros(D))
+    with torch.no_grad():
+        norm.beta.fill_(3.0)
+        norm.weight.normal_()
+        norm.bias.normal_()
+    x = torch.randn(4, D) * 2
+    want = norm.weight * D**0.5 * x / (3.0 + x**2).sqrt() + norm.bias
+    torch.testing.assert_close(norm(x), want, atol=1e-5, rtol=0)
+    assert [n for n, _ in build_norm("dyisru", D, bias=False).named_parameters()] == ["beta", "weight"]
+
+
+def test_dyisru_at_init_is_close_to_rmsnorm_on_unit_rms_input():
+    # With beta = D, element i is RMSNorm's x_i times (1 + x_i^2 / D)^(-1/2): a relative gap of at most
+    # x_i^2 / (2D) (+ 1e-5 for RMSNorm's eps and float32). Over Gaussian rows that is about sqrt(E[x^6]) / (2D)
+    # = sqrt(15) / (2D) in L2 (0.76% at D=256; measured 0.74%; the worst element, |x| = 4.4, is 3.6% off).
+    torch.manual_seed(0)
+    D = 256
+    x = torch.randn(1000, D)
+    x = x / x.pow(2).mean(-1, keepdim=True).sqrt()  # RMS exactly 1 per row
+    y, rms = build_norm("dyisru", D)(x), build_norm("rmsnorm", D)(x)
+    assert ((y - rms).abs() / rms.abs() <= x**2 / (2 * D) + 1e-5).all()
+    assert (y - rms).norm() / rms.norm() <= 15**0.5 / (2 * D)
+
+
+def test_dyisru_is_bounded_by_sqrt_d():
+    D = 64
+    x = torch.randn(8, D) * 1e4
+    y = build_norm("dyisru", D)(x)
+    assert y.abs().max() <= D**0.5
+    assert y.abs().max() > 0.99 * D**0.5  # large inputs saturate at the bound, as tanh in DyT
+
+
+def test_dyisru_is_rejected_where_the_norm_ends_the_block():
+    allowed = [name for name, p in PLACEMENTS.items() if p.admits("dyisru")]
+    assert allowed[:2] == ["pre", "sandwich"] and "post" not in allowed and "deepnorm" not in allowed
+    message = f"norm.kind='dyisru' cannot be used with norm.placement='post'; valid placements for it: {', '.join(allowed)}$"
+    with pytest.raises(ValueError, match=message):
+        NormSpec(kind="dyisru", placement="post")
+
+
+def test_l2_has_unit_norm_and_is_built_at_attention_sites_only():
+    x = torch.randn(3, 5, 8) * 7
+    y = build_norm("l2", 8, attention=True)(x)
+    torch.testing.assert_close(y, x / x.norm(dim=-1, keepdim=True), atol=1e-6, rtol=0)
+    assert not list(build_norm("l2", 8, attention=True).parameters())
+    assert torch.equal(build_norm("l2", 8, eps=1e-6, attention=True)(torch.zeros(2, 8)), torch.zeros(2, 8))  # not NaN
+
+
 def test_none_is_identity():
     x = torch.randn(2, 8)
     assert torch.equal(build_norm("none", 8)(x), x)
@@ -97,26 +152,35 @@ def test_rows_are_independent(kind):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
-    ("kind", "impl"), [(k, "custom") for k in ("layernorm", "rmsnorm", "scalenorm")] + [("layernorm", "native")]
+    ("kind", "impl"), [(k, "custom") for k in ("layernorm", "rmsnorm", "scalenorm", "dyisru", "l2")] + [("layernorm", "native")]
 )
 def test_low_precision_large_inputs_stay_finite_and_match_fp32(kind, impl, dtype):
     # x^2 of std-300 activations overflows fp16 (max 65504); stats must be taken in fp32.
     torch.manual_seed(0)
     x = torch.randn(8, 256) * 300
-    ref = build_norm(kind, 256, impl=impl)(x.to(dtype).float())
-    y = build_norm(kind, 256, impl=impl)(x.to(dtype))
+    attention = kind in ATTENTION_ONLY_KINDS
+    ref = build_norm(kind, 256, impl=impl, attention=attention)(x.to(dtype).float())
+    y = build_norm(kind, 256, impl=impl, attention=attention)(x.to(dtype))
     assert y.dtype == dtype and torch.isfinite(y).all()
-    assert y.float().abs().mean() > 0.5  # not the all-zeros an fp16 x^2 overflow gives
+    # Not the zeros an fp16 x^2 overflow gives; l2's unit rows over 256 have mean |y| ~ sqrt(2 / pi) / 16 = 0.05.
+    assert y.float().abs().mean() > (0.02 if attention else 0.5)
     tol = {torch.bfloat16: 2**-7, torch.float16: 2**-10}[dtype]  # one ulp at 1.0
     torch.testing.assert_close(y.float(), ref, atol=4 * tol * ref.abs().max().item(), rtol=0)
+
+
+# The pairs a norm.kind may take: the attention-only l2/custom is not among them.
+RESIDUAL_PAIRS = (
+    "layernorm/custom, layernorm/native, rmsnorm/custom, rmsnorm/native, scalenorm/custom, dyt/custom, dyisru/custom, none/custom"
+)
 
 
 @pytest.mark.parametrize(
     ("kind", "impl", "message"),
     [
-        ("batchnorm", "custom", "valid kinds: layernorm, rmsnorm, scalenorm, dyt, none"),
+        ("batchnorm", "custom", "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none$"),
+        ("l2", "custom", "unknown norm.kind 'l2'; valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none$"),
         ("layernorm", "triton", "valid impls: custom, native"),
-        ("scalenorm", "native", "norm.kind='scalenorm' has no impl 'native'; valid kind/impl pairs: layernorm/custom"),
+        ("scalenorm", "native", f"norm.kind='scalenorm' has no impl 'native'; valid kind/impl pairs: {RESIDUAL_PAIRS}$"),
     ],
 )
 def test_unknown_names_list_the_valid_ones(kind, impl, message):

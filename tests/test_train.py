@@ -139,7 +139,7 @@ def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
     ("override", "message"),
     [
         ("norm=pre_lm", "Could not find 'norm/pre_lm'"),
-        ("norm.kind=layernrom", "unknown norm.kind 'layernrom'; valid kinds: layernorm, rmsnorm, scalenorm, dyt, none"),
+        ("norm.kind=layernrom", "unknown norm.kind 'layernrom'; valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none"),
         ("norm.impl=fused", "unknown norm.impl 'fused'; valid impls: custom, native"),
         ("norm.placement=middle", "unknown norm.placement 'middle'; valid placements: post, pre, sandwich, deepnorm, lns, mix_ln, hybrid, hybrid_star, res_post, admin, keel, b2t, rezero, layerscale, tfixup"),
         ("norm=pre_dyt norm.placement=post", "norm.kind='dyt' cannot be used with norm.placement='post'"),
