@@ -3,9 +3,10 @@
 Shape legend: x is (..., D) where D = ``dim`` (d_model); every norm normalizes over the last
 dimension only, so the statistics of one row never depend on another row of the batch.
 
-Custom norms compute their statistics in float32 and cast the result back to the input dtype:
-squaring bf16/fp16 activations of a few hundred overflows or loses all precision, and a
-hand-written fp16 LayerNorm then silently returns zeros.
+Custom norms compute their statistics in float32 (float64 inputs in float64) and cast the result
+back to the input dtype: squaring bf16/fp16 activations of a few hundred overflows or loses all
+precision, and a hand-written fp16 LayerNorm then silently returns zeros. Float64 is never narrowed,
+so a float64 model is exact to float64 (tests/test_preln_prerms.py relies on it).
 
 ``custom`` and ``native`` of the same kind have identical parameter names and shapes
 (``weight``, and ``bias`` for LayerNorm), so a state dict moves between them.
@@ -18,6 +19,11 @@ from torch import nn
 
 NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "none")
 NORM_IMPLS = ("custom", "native")
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or in its own dtype where that is wider (float64 stays float64)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 class LayerNorm(nn.Module):
@@ -42,10 +48,11 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xc = x.float() - x.float().mean(dim=-1, keepdim=True)  # (..., D), centred
+        xf = _wide(x)
+        xc = xf - xf.mean(dim=-1, keepdim=True)  # (..., D), centred
         var = xc.pow(2).mean(dim=-1, keepdim=True)  # (..., 1), population variance
-        y = xc * torch.rsqrt(var + self.eps) * self.weight.float()
-        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
+        y = xc * torch.rsqrt(var + self.eps) * _wide(self.weight)
+        return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -68,16 +75,16 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        xf = _wide(x)
         ms = xf.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        return (xf * torch.rsqrt(ms + self.eps) * self.weight.float()).to(x.dtype)
+        return (xf * torch.rsqrt(ms + self.eps) * _wide(self.weight)).to(x.dtype)
 
 
 class ScaleNorm(nn.Module):
     """ScaleNorm (Nguyen & Salazar 2019, arXiv 1910.05895, eq. 9): ``y = g * x / max(||x||_2, eps)``.
 
     One learned scalar ``weight`` (g), initialized to sqrt(D) as in the paper, so that the
-    output starts with unit RMS. The L2 norm is taken in float32.
+    output starts with unit RMS. The L2 norm is taken in float32 (float64 inputs: float64).
 
     Shapes: input (..., D); output the same shape and dtype.
     """
@@ -88,9 +95,9 @@ class ScaleNorm(nn.Module):
         self.weight = nn.Parameter(torch.tensor([dim**0.5]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        xf = _wide(x)
         norm = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).clamp_min(self.eps)  # (..., 1)
-        return (xf * (self.weight.float() / norm)).to(x.dtype)
+        return (xf * (_wide(self.weight) / norm)).to(x.dtype)
 
 
 class DyT(nn.Module):
@@ -98,7 +105,7 @@ class DyT(nn.Module):
     eq. 1): ``y = weight * tanh(alpha * x) + bias``, no statistics at all.
 
     ``alpha`` is one learned scalar, initialized to 0.5 (the paper's default alpha_0);
-    ``weight`` starts at 1 and ``bias`` at 0. Computed in float32.
+    ``weight`` starts at 1 and ``bias`` at 0. Computed in float32 (float64 inputs: float64).
 
     Shapes: input (..., D); output the same shape and dtype.
     """
@@ -110,8 +117,8 @@ class DyT(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.tanh(self.alpha.float() * x.float()) * self.weight.float()
-        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
+        y = torch.tanh(_wide(self.alpha) * _wide(x)) * _wide(self.weight)
+        return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
 
 
 # (kind, impl) -> factory(dim, eps, bias). ``bias`` only matters for kinds that have a shift
