@@ -3,9 +3,10 @@
 Shape legend: x is (..., D) where D = ``dim`` (d_model); every norm normalizes over the last
 dimension only, so the statistics of one row never depend on another row of the batch.
 
-Custom norms compute their statistics in float32 and cast the result back to the input dtype:
-squaring bf16/fp16 activations of a few hundred overflows or loses all precision, and a
-hand-written fp16 LayerNorm then silently returns zeros.
+Custom norms compute their statistics in float32 (float64 inputs in float64) and cast the result
+back to the input dtype: squaring bf16/fp16 activations of a few hundred overflows or loses all
+precision, and a hand-written fp16 LayerNorm then silently returns zeros. Float64 is never narrowed,
+so a float64 model is exact to float64 (tests/test_preln_prerms.py relies on it).
 
 ``custom`` and ``native`` of the same kind have identical parameter names and shapes
 (``weight``, and ``bias`` for LayerNorm), so a state dict moves between them.
@@ -21,6 +22,11 @@ NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none")
 # never a ``norm.kind``, since an l2-normalized residual stream has norm 1, not the RMS 1 the rest expects.
 ATTENTION_ONLY_KINDS = ("l2",)
 NORM_IMPLS = ("custom", "native")
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or in its own dtype where that is wider (float64 stays float64)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 class LayerNorm(nn.Module):
@@ -45,10 +51,11 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xc = x.float() - x.float().mean(dim=-1, keepdim=True)  # (..., D), centred
+        xf = _wide(x)
+        xc = xf - xf.mean(dim=-1, keepdim=True)  # (..., D), centred
         var = xc.pow(2).mean(dim=-1, keepdim=True)  # (..., 1), population variance
-        y = xc * torch.rsqrt(var + self.eps) * self.weight.float()
-        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
+        y = xc * torch.rsqrt(var + self.eps) * _wide(self.weight)
+        return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -71,16 +78,16 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        xf = _wide(x)
         ms = xf.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        return (xf * torch.rsqrt(ms + self.eps) * self.weight.float()).to(x.dtype)
+        return (xf * torch.rsqrt(ms + self.eps) * _wide(self.weight)).to(x.dtype)
 
 
 class ScaleNorm(nn.Module):
     """ScaleNorm (Nguyen & Salazar 2019, arXiv 1910.05895, eq. 9): ``y = g * x / max(||x||_2, eps)``.
 
     One learned scalar ``weight`` (g), initialized to sqrt(D) as in the paper, so that the
-    output starts with unit RMS. The L2 norm is taken in float32.
+    output starts with unit RMS. The L2 norm is taken in float32 (float64 inputs: float64).
 
     Shapes: input (..., D); output the same shape and dtype.
     """
@@ -91,9 +98,9 @@ class ScaleNorm(nn.Module):
         self.weight = nn.Parameter(torch.tensor([dim**0.5]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        xf = _wide(x)
         norm = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).clamp_min(self.eps)  # (..., 1)
-        return (xf * (self.weight.float() / norm)).to(x.dtype)
+        return (xf * (_wide(self.weight) / norm)).to(x.dtype)
 
 
 class DyT(nn.Module):
@@ -101,7 +108,7 @@ class DyT(nn.Module):
     eq. 1): ``y = weight * tanh(alpha * x) + bias``, no statistics at all.
 
     ``alpha`` is one learned scalar, initialized to 0.5 (the paper's default alpha_0);
-    ``weight`` starts at 1 and ``bias`` at 0. Computed in float32.
+    ``weight`` starts at 1 and ``bias`` at 0. Computed in float32 (float64 inputs: float64).
 
     Shapes: input (..., D); output the same shape and dtype.
     """
@@ -113,8 +120,8 @@ class DyT(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.tanh(self.alpha.float() * x.float()) * self.weight.float()
-        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
+        y = torch.tanh(_wide(self.alpha) * _wide(x)) * _wide(self.weight)
+        return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
 
 
 class DyISRU(nn.Module):
@@ -140,9 +147,9 @@ class DyISRU(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        y = self.scale * xf * torch.rsqrt(self.beta.float() + xf.pow(2)) * self.weight.float()
-        return (y if self.bias is None else y + self.bias.float()).to(x.dtype)
+        xf = _wide(x)
+        y = self.scale * xf * torch.rsqrt(_wide(self.beta) + xf.pow(2)) * _wide(self.weight)
+        return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
 
 
 class L2Norm(nn.Module):
@@ -150,7 +157,7 @@ class L2Norm(nn.Module):
     ``F.normalize(x, dim=-1, eps=eps)`` computes): q and k per head in QK-norm (Henry et al. 2020,
     "Query-Key Normalization for Transformers", Findings of EMNLP; official code CyndxAI/QKNorm,
     ``F.normalize`` then the learned scale ``ScaleUp``), the scale being
-    ``model.attention.MultiHeadAttention``'s ``temperature``. Computed in float32. An attention-site
+    ``model.attention.MultiHeadAttention``'s ``temperature``. Computed in float32 (float64 input: float64). An attention-site
     kind only (``ATTENTION_ONLY_KINDS``).
 
     Shapes: input (..., D); output the same shape and dtype.
@@ -161,7 +168,7 @@ class L2Norm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        xf = _wide(x)
         norm = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).clamp_min(self.eps)  # (..., 1)
         return (xf / norm).to(x.dtype)
 

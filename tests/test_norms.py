@@ -174,6 +174,30 @@ RESIDUAL_PAIRS = (
 )
 
 
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru"])
+def test_float64_is_computed_in_float64(kind):
+    # The float32 statistics are for half precision only: narrowing float64 to float32 would cap a
+    # float64 model at ~1e-7 (tests/test_preln_prerms.py needs 1e-10). Reference: the formula in float64.
+    torch.manual_seed(0)
+    norm = build_norm(kind, 32).double()
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.add_(torch.randn_like(p))
+    w, b = norm.weight, getattr(norm, "bias", None)
+    x = torch.randn(6, 32, dtype=torch.float64) * 3 + 1
+    xc = x - x.mean(-1, keepdim=True)
+    ref = {
+        "layernorm": lambda: w * xc / (xc.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt() + b,
+        "rmsnorm": lambda: w * x / (x.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt(),
+        "scalenorm": lambda: w * x / x.norm(dim=-1, keepdim=True),
+        "dyt": lambda: w * torch.tanh(norm.alpha * x) + b,
+        "dyisru": lambda: w * 32**0.5 * x / (norm.beta + x.pow(2)).sqrt() + b,
+    }[kind]()
+    y = norm(x)
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y, ref, atol=1e-13, rtol=0)
+
+
 @pytest.mark.parametrize(
     ("kind", "impl", "message"),
     [
