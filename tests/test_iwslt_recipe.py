@@ -127,8 +127,14 @@ def test_no_grad_clip_steps_with_the_unclipped_gradient():
         model = dropout_model(dropout=0.0)
         opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.0, 1e-8)
         sched = build_scheduler(opt, 1e-3, 0, 10, "constant")
-        norm = train_step(model, [batch], opt, sched, Telemetry(model, TelemetryConfig(every=0)),
-                          StepOptions(world=1, label_smoothing=0.1, grad_clip=clip, autocast=nullcontext(), step_tokens=56))[1]
+        norm = train_step(
+            model,
+            [batch],
+            opt,
+            sched,
+            Telemetry(model, TelemetryConfig(every=0)),
+            StepOptions(world=1, label_smoothing=0.1, grad_clip=clip, autocast=nullcontext(), step_tokens=56),
+        )[1]
         grads[clip] = (norm, torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
     (norm, stepped), (norm_clip, stepped_clip) = grads[None], grads[0.5]
     assert norm == norm_clip > 1  # the logged norm is the unclipped one either way

@@ -62,9 +62,7 @@ PINNED = {
 
 def build(size: str, preset: str, impl: str, *overrides: str) -> EncoderDecoder:
     torch.manual_seed(0)
-    return EncoderDecoder(
-        model_config(make_cfg(f"model={size}", f"norm={preset}", f"norm.impl={impl}", *overrides), V, V)
-    )
+    return EncoderDecoder(model_config(make_cfg(f"model={size}", f"norm={preset}", f"norm.impl={impl}", *overrides), V, V))
 
 
 def state_sha(model: nn.Module) -> str:
@@ -251,7 +249,8 @@ def test_old_checkpoints_model_config_matches_the_default_plan():
          r"norm.blocks\[0\].layers has 5, but model.n_enc_layers=2; valid: 0..1$"),
         ({"blocks": [{"stack": "dec"}]}, r"norm.blocks\[0\] changes nothing; give at least one of: kind, impl, placement,"),
         ({"kind": "dyt", "blocks": [{"layers": [1], "placement": "post"}]},
-         r"norm.blocks\[0\]: norm.kind='dyt' cannot be used with norm.placement='post'; valid placements for it: pre, sandwich, lns, res_post, layerscale"),
+         r"norm.blocks\[0\]: norm.kind='dyt' cannot be used with norm.placement='post'; "
+         r"valid placements for it: pre, sandwich, lns, res_post, layerscale"),
         ({"qk": "l3"}, r"unknown norm.qk 'l3'; valid: null \(off\), none, layernorm, rmsnorm, l2$"),
     ],
 )  # fmt: skip

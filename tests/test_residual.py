@@ -109,10 +109,15 @@ def test_sandwich_fills_input_and_branch_slots():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"placement": "middle"}, "unknown norm.placement 'middle'; valid placements: post, pre, sandwich, deepnorm, lns, mix_ln, hybrid, hybrid_star, res_post, admin, keel, b2t, rezero, layerscale, tfixup"),
+        (
+            {"placement": "middle"},
+            "unknown norm.placement 'middle'; valid placements: post, pre, sandwich, deepnorm, lns, "
+            "mix_ln, hybrid, hybrid_star, res_post, admin, keel, b2t, rezero, layerscale, tfixup",
+        ),
         (
             {"kind": "dyt", "placement": "post"},
-            "norm.kind='dyt' cannot be used with norm.placement='post'; valid placements for it: pre, sandwich, lns, res_post, layerscale",
+            "norm.kind='dyt' cannot be used with norm.placement='post'; "
+            "valid placements for it: pre, sandwich, lns, res_post, layerscale",
         ),
         ({"kind": "scalenorm", "impl": "native"}, "has no impl 'native'"),
     ],

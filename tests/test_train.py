@@ -141,7 +141,11 @@ def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
         ("norm=pre_lm", "Could not find 'norm/pre_lm'"),
         ("norm.kind=layernrom", "unknown norm.kind 'layernrom'; valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none"),
         ("norm.impl=fused", "unknown norm.impl 'fused'; valid impls: custom, native"),
-        ("norm.placement=middle", "unknown norm.placement 'middle'; valid placements: post, pre, sandwich, deepnorm, lns, mix_ln, hybrid, hybrid_star, res_post, admin, keel, b2t, rezero, layerscale, tfixup"),
+        (
+            "norm.placement=middle",
+            "unknown norm.placement 'middle'; valid placements: post, pre, sandwich, deepnorm, lns, "
+            "mix_ln, hybrid, hybrid_star, res_post, admin, keel, b2t, rezero, layerscale, tfixup",
+        ),
         ("norm=pre_dyt norm.placement=post", "norm.kind='dyt' cannot be used with norm.placement='post'"),
         ("model.n_heads=3", "d_model=32 is not divisible by model.n_heads=3"),
         ("trainer.device=tpu", "unknown trainer.device 'tpu'; valid: auto, cpu, cuda"),
