@@ -217,14 +217,12 @@ def test_b2t_adds_the_block_input_before_the_last_norm_in_both_stacks():
 
 
 def test_b2t_rescales_every_block_matrix_by_one_over_sqrt_l_at_init():
-    torch.manual_seed(0)
-    ref = EncoderDecoder(
-        ModelConfig(src_vocab=20, tgt_vocab=20, n_enc_layers=4, n_dec_layers=2, norm=NormConfig(placement="post"))
-    )
-    torch.manual_seed(0)
-    b2t = EncoderDecoder(
-        ModelConfig(src_vocab=20, tgt_vocab=20, n_enc_layers=4, n_dec_layers=2, norm=NormConfig(placement="b2t"))
-    )
+    def make(placement: str) -> EncoderDecoder:
+        torch.manual_seed(0)
+        return EncoderDecoder(ModelConfig(src_vocab=20, tgt_vocab=20, n_enc_layers=4, n_dec_layers=2,
+                                          norm=NormConfig(placement=placement)))  # fmt: skip
+
+    ref, b2t = make("post"), make("b2t")
     for (name, p), q in zip(b2t.named_parameters(), ref.parameters(), strict=True):
         scale = 4**-0.5 if name.startswith("encoder.") else 2**-0.5 if name.startswith("decoder.") else 1.0
         torch.testing.assert_close(p, q * (scale if p.dim() == 2 else 1.0), rtol=0, atol=0, msg=name)
