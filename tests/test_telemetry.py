@@ -354,3 +354,56 @@ def test_docs_metric_names_table_is_what_each_group_records():
             assert example in stats and regex.fullmatch(example) and parse(example), (group, example)
         for key in stats:  # every name the group records has its row, and parses back
             assert any(regex.fullmatch(key) for regex, _ in patterns) and parse(key).name == key, (group, key)
+
+
+# Issue 13: the variants' norm sites (placement, its norm keys). rezero and tfixup have no norm site.
+VARIANT_SITES = {
+    "lns": {},
+    "mix_ln": {"mix_ln_alpha": 0.5},  # 1 of 2 blocks per stack post-LN
+    "hybrid": {"kind": "rmsnorm", "qk": "rmsnorm", "v": "rmsnorm"},
+    "hybrid_star": {"kind": "rmsnorm", "qk": "rmsnorm", "v": "rmsnorm"},
+    "res_post": {},
+    "admin": {},
+    "keel": {},
+    "b2t": {},
+    "layerscale": {},
+    "pre": {"qk": "l2"},
+}
+
+
+@pytest.mark.parametrize(("placement", "keys"), VARIANT_SITES.items())
+def test_every_variant_norm_site_is_watched_and_equals_hand_computation(placement, keys):
+    """Every filled residual norm slot is recorded under its name with the RMS of its formula applied to
+    the slot's input at init (weights 1, biases 0), over real positions; an l2 q/k norm has RMS 1/sqrt(K)."""
+    model = make(placement, **{"kind": "layernorm", **keys}).eval()
+    src, tgt_in, tgt_out = batch()
+    slots = {
+        name: m
+        for name, m in model.named_modules()
+        if name.split(".")[-1].startswith("norm_") and not isinstance(m, torch.nn.Identity)
+    }
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        m.register_forward_pre_hook(lambda m, a, name=name: seen.__setitem__(name, a[0].detach())) for name, m in slots.items()
+    ]
+    stats = record(model, src, tgt_in, tgt_out)
+    for h in hooks:
+        h.remove()
+    assert slots, "a variant with norms watches some"
+    for name in slots:
+        stack, i, r, slot = name.split(".")  # e.g. encoder.0.ffn.norm_in
+        x = seen[name]
+        if keys.get("kind") == "rmsnorm":
+            y = x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+        else:
+            y = F.layer_norm(x, x.shape[-1:], eps=1e-5)
+        keep = ~(src if stack == "encoder" else tgt_out).eq(0)
+        metric = f"act/{stack[:3]}.{i}.{r}.{slot}/rms"
+        assert stats[metric] == pytest.approx(y[keep].pow(2).mean().sqrt().item(), rel=1e-5), metric
+    if keys.get("qk") == "l2":  # unit vectors of K = 8 features: RMS over elements exactly 1/sqrt(8)
+        for a in ("enc.0.self_attn", "dec.1.self_attn", "dec.1.cross_attn"):
+            assert stats[f"act/{a}.q_norm/rms"] == pytest.approx(8**-0.5, rel=1e-5)
+            assert stats[f"act/{a}.k_norm/rms"] == pytest.approx(8**-0.5, rel=1e-5)
+    if placement.startswith("hybrid"):
+        assert {"act/enc.1.self_attn.q_norm/rms", "act/dec.1.cross_attn.v_norm/rms"} <= stats.keys()
+        assert "act/enc.1.self_attn.norm_in/rms" not in stats  # HybridNorm: no norm on the attention input
