@@ -45,6 +45,7 @@ NORM_VARIANTS = [
     ("rmsnorm", "custom", True),
     ("scalenorm", "custom", True),
     ("dyt", "custom", True),
+    ("dyisru", "custom", True),
 ]
 
 
