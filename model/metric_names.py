@@ -4,7 +4,13 @@ Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a 
 
 - ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
   ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest);
-- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/entropy``.
+- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/entropy``;
+- ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``, ``{m}`` a block matrix (``WEIGHT_SITES``: ``self_attn.q``,
+  ``cross_attn.out``, ``ffn.in``, ... = :func:`matrix_site` of a residual and a ``linear_roles()`` role);
+- ``scale/{s}.{i}.{site}/{stat}``, a learned scale: a norm's parameters at ``{r}.{slot}`` or ``{a}.{h}``
+  (``gain_mean``, ``gain_max``, DyT's ``alpha``, DyISRU's ``beta``), a residual gate ``{r}.gate``
+  (ReZero's scalar: ``alpha``; LayerScale's per-channel: ``gain_mean``, ``gain_max``), an attention's
+  l2 QK-norm ``temperature`` at ``{a}`` (``SCALE_SITE_STATS``).
 
 Block sites (``BLOCK_SITES``): ``in``, ``out``, a residual sublayer ``{r}`` (its branch output),
 a filled norm slot of it ``{r}.{slot}``, and an attention norm site ``{a}.{q_norm|k_norm|v_norm}``.
@@ -35,7 +41,34 @@ BLOCK_SITES = (
     *(f"{r}.{slot}" for r in RESIDUALS for slot in NORM_SLOTS),
     *(f"{a}.{site}" for a in ATTENTIONS for site in ATTENTION_NORM_SITES),
 )
-FAMILY_STATS = {"act": STATS, "grad": ("norm",), "update": ("ratio",), "attn": ("entropy",)}
+# weight/: the matrices of a block, by residual and ``linear_roles()`` role (model/attention.py, model/layers.py).
+MATRIX_ROLES = ("attn.q", "attn.k", "attn.v", "attn.out", "ffn.in", "ffn.out")
+_MATRIX_SITES = {
+    (r, role): f"{r}.{role.split('.')[1]}"
+    for r in RESIDUALS
+    for role in MATRIX_ROLES
+    if role.startswith("ffn." if r == "ffn" else "attn.")
+}
+WEIGHT_SITES = tuple(_MATRIX_SITES.values())
+WEIGHT_STATS = ("sigma_max", "stable_rank")
+# scale/: each site's learned scales (a norm's, a residual gate's, an attention's temperature).
+_NORM_SCALES = ("gain_mean", "gain_max", "alpha", "beta")
+SCALE_SITE_STATS = {
+    **{f"{r}.{slot}": _NORM_SCALES for r in RESIDUALS for slot in NORM_SLOTS},
+    **{f"{a}.{h}": _NORM_SCALES for a in ATTENTIONS for h in ATTENTION_NORM_SITES},
+    **{f"{r}.gate": ("gain_mean", "gain_max", "alpha") for r in RESIDUALS},
+    **{a: ("temperature",) for a in ATTENTIONS},
+}
+SCALE_STATS = (*_NORM_SCALES, "temperature")
+FAMILY_STATS = {
+    "act": STATS,
+    "grad": ("norm",),
+    "update": ("ratio",),
+    "attn": ("entropy",),
+    "weight": WEIGHT_STATS,
+    "scale": SCALE_STATS,
+}
+_BLOCK_SITES_OF = {"attn": ATTENTIONS, "weight": WEIGHT_SITES, "scale": tuple(SCALE_SITE_STATS)}  # beside act; others: no site
 FAMILIES = tuple(FAMILY_STATS)
 DEPTH_CHART = "act/rms_vs_depth"  # the wandb chart of RMS vs depth (not a statistic: parses to None)
 
@@ -51,7 +84,7 @@ class Metric:
         stack: ``enc`` or ``dec``.
         layer: the block index; None for the stack sites ``embed`` and ``final_norm``.
         site: an act site (``STACK_SITES`` or ``BLOCK_SITES``), the attention of an ``attn``
-            metric, or None (``grad``, ``update``).
+            metric, a ``WEIGHT_SITES`` matrix, a ``SCALE_SITE_STATS`` site, or None (``grad``, ``update``).
         stat: one of ``FAMILY_STATS[family]``.
 
     Raises:
@@ -75,7 +108,9 @@ class Metric:
             return
         if self.layer is None:
             raise ValueError(f"a {self.family} metric needs a layer, got None")
-        _check("site", self.site, ATTENTIONS if self.family == "attn" else (None,))
+        _check("site", self.site, _BLOCK_SITES_OF.get(self.family, (None,)))
+        if self.family == "scale":  # a temperature belongs to an attention, a gain to a norm or a gate
+            _check(f"stat at {self.site}", self.stat, SCALE_SITE_STATS[self.site])
 
     @property
     def name(self) -> str:
@@ -133,6 +168,28 @@ def update_ratio(stack: str, layer: int) -> Metric:
 def attn_entropy(stack: str, layer: int, attention: str) -> Metric:
     """``attn/{stack}.{layer}.{attention}/entropy``."""
     return Metric("attn", stack, layer, attention, "entropy")
+
+
+def matrix_site(residual: str, role: str) -> str:
+    """The ``weight`` site of the matrix playing ``role`` (a ``linear_roles()`` key, ``MATRIX_ROLES``) in
+    residual sublayer ``residual``: the residual, then the role's name inside its module
+    (``self_attn``, ``attn.q`` -> ``self_attn.q``; ``ffn``, ``ffn.in`` -> ``ffn.in``).
+
+    Raises:
+        ValueError: a (residual, role) pair that is not a block matrix (the message lists the valid ones).
+    """
+    _check("(residual, role)", (residual, role), tuple(_MATRIX_SITES))
+    return _MATRIX_SITES[residual, role]
+
+
+def weight_spectrum(stack: str, layer: int, matrix: str, stat: str) -> Metric:
+    """``weight/{stack}.{layer}.{matrix}/{stat}``, ``matrix`` in ``WEIGHT_SITES``, ``stat`` in ``WEIGHT_STATS``."""
+    return Metric("weight", stack, layer, matrix, stat)
+
+
+def learned_scale(stack: str, layer: int, site: str, stat: str) -> Metric:
+    """``scale/{stack}.{layer}.{site}/{stat}``, ``stat`` in ``SCALE_SITE_STATS[site]``."""
+    return Metric("scale", stack, layer, site, stat)
 
 
 def depth(stack: str, layer: int, n_enc_layers: int) -> int:

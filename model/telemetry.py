@@ -31,6 +31,10 @@ Also: ``grad/{s}.{i}/norm`` (L2 norm of block i's parameter gradients, before cl
 ``update/{s}.{i}/ratio`` (||w_after - w_before|| / ||w_before|| of one optimizer step), and
 ``attn/{s}.{i}.{self_attn|cross_attn}/entropy`` (attention entropy in nats, mean over heads and
 non-padding queries; recomputed from q and k, so only the ``full`` preset turns it on).
+Parameters, read as they are before the step's update (:meth:`Telemetry.record_parameters`):
+``weight/{s}.{i}.{m}/{sigma_max|stable_rank}`` (each block matrix's spectral norm by warm-started
+power iteration, and ||W||_F^2 / sigma_max^2) and ``scale/{s}.{i}.{site}/{stat}`` (norm gains, DyT's
+alpha, DyISRU's beta, ReZero / LayerScale gates, the l2 QK-norm temperature).
 
 Cost: hooks exist only inside :meth:`Telemetry.watch`, so steps that do not record pay nothing;
 statistics stay on the device until :meth:`Telemetry.collect` moves them in one transfer.
@@ -48,6 +52,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from model.attention import MultiHeadAttention
@@ -63,11 +68,19 @@ from model.metric_names import (
     attn_entropy,
     derive_stats,
     grad_norm,
+    learned_scale,
+    matrix_site,
     update_ratio,
+    weight_spectrum,
 )
+from model.residual import Gate
 from model.transformer import EncoderDecoder
 
 __all__ = ["STATS", "SITE_GROUPS", "Telemetry", "TelemetryConfig", "first_nonfinite"]
+
+POWER_ITERS = 3  # power iterations per record step and matrix, from the vector the last record left
+POWER_ITERS_FIRST = 15  # on a matrix's first record, from a random vector: torch's spectral_norm does 15 at init
+POWER_SEED = 0  # seeds each matrix's first vector on a generator of its own, never the global one
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,8 @@ class TelemetryConfig:
         grads: record ``grad/{s}.{i}/norm``.
         updates: record ``update/{s}.{i}/ratio`` (copies the weights before the step).
         attn_entropy: record ``attn/.../entropy`` (recomputes the attention weights from q and k).
+        weights: record ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}`` of every block matrix.
+        scales: record ``scale/{s}.{i}.{site}/{stat}``, every learned norm gain, gate and temperature.
 
     Raises:
         ValueError: an unknown site or stat (the message lists the valid ones), or every < 0.
@@ -92,6 +107,8 @@ class TelemetryConfig:
     grads: bool = True
     updates: bool = False
     attn_entropy: bool = False
+    weights: bool = True
+    scales: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.every, int) or self.every < 0:
@@ -127,6 +144,7 @@ class Telemetry:
         self.cfg = cfg
         self._acts: dict[tuple[str, int | None, str], dict[str, torch.Tensor]] = {}  # site -> raw sums, see _activation_stats
         self._stats: dict[str, torch.Tensor] = {}  # metric name -> 0-dim tensor
+        self._power: dict[tuple[str, int, str], torch.Tensor] = {}  # weight site -> right singular vector estimate
 
     def due(self, step: int, max_steps: int) -> bool:
         """Whether step ``step`` (1-based) records: the first step (the profile at
@@ -331,6 +349,59 @@ class Telemetry:
                 weight = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b) for b in before[stack, i]]))
                 self._stats[update_ratio(stack, i).name] = delta / weight
 
+    @torch.no_grad()
+    def record_parameters(self) -> None:
+        """Store every block matrix's spectrum (``weights``) and every learned scale (``scales``) as the
+        parameters are now, on the device; train_step calls it on record steps before ``optimizer.step()``."""
+        if self.cfg.weights:
+            for stack, i, layer in self.blocks():
+                for r in (r for r in RESIDUALS if hasattr(layer, r)):
+                    for role, linear in getattr(layer, r).branch.linear_roles().items():
+                        self._record_spectrum((stack, i, matrix_site(r, role)), linear.weight)
+        if self.cfg.scales:
+            for stack, i, layer in self.blocks():
+                for r in (r for r in RESIDUALS if hasattr(layer, r)):
+                    self._record_scales(stack, i, r, getattr(layer, r))
+
+    def _record_spectrum(self, key: tuple[str, int, str], weight: torch.Tensor) -> None:
+        """sigma_max and stable rank of ``weight`` (out, in) by power iteration (Miyato et al. 2018,
+        arXiv 1802.05957, Alg. 1; ``torch.nn.utils.parametrizations.spectral_norm``): u = normalize(W v),
+        v = normalize(W^T u), sigma = u^T W v = ||W^T u||. The vector v persists per matrix across
+        record steps (``POWER_ITERS`` iterations each; ``POWER_ITERS_FIRST`` from a ``POWER_SEED`` vector
+        on the first), so the estimate, a lower bound, converges over records as the weights drift.
+        Stable rank = ||W||_F^2 / sigma^2 (Rudelson & Vershynin 2007), 0 for W = 0."""
+        w = weight.detach().float()
+        v = self._power.get(key)
+        iters = POWER_ITERS
+        if v is None:
+            # Drawn on the CPU from a generator of its own: the same start on every device, the global RNG untouched.
+            v = F.normalize(torch.randn(w.shape[1], generator=torch.Generator().manual_seed(POWER_SEED)), dim=0)
+            v, iters = v.to(w.device), POWER_ITERS_FIRST
+        start = v
+        for _ in range(iters):
+            wtu = w.mT @ F.normalize(w @ v, dim=0)  # (in,)
+            v = F.normalize(wtu, dim=0)
+        sigma = torch.linalg.vector_norm(wtu)
+        # A zero matrix sends v to 0 for good: keep the start, so a later record of a nonzero W still converges.
+        self._power[key] = torch.where(sigma > 0, v, start)
+        stack, i, site = key
+        self._stats[weight_spectrum(stack, i, site, "sigma_max").name] = sigma
+        stable_rank = w.square().sum() / sigma.square().clamp_min(torch.finfo(torch.float32).tiny)
+        self._stats[weight_spectrum(stack, i, site, "stable_rank").name] = stable_rank
+
+    def _record_scales(self, stack: str, i: int, r: str, residual: nn.Module) -> None:
+        """The learned scales of residual ``r`` of block ``i``: its norm slots, its gate, and, in an
+        attention, its per-head norms and l2 QK-norm temperature."""
+        modules = {f"{r}.{slot}": getattr(residual, slot) for slot in NORM_SLOTS} | {f"{r}.gate": residual.gate}
+        if r in ATTENTIONS:
+            attn = residual.branch
+            modules |= {f"{r}.{h}": getattr(attn, h) for h in ATTENTION_NORM_SITES}
+            if attn.temperature is not None:
+                self._stats[learned_scale(stack, i, r, "temperature").name] = _scalar(attn.temperature)
+        for site, module in modules.items():
+            for stat, value in _scale_stats(module).items():
+                self._stats[learned_scale(stack, i, site, stat).name] = value
+
     def collect(self) -> dict[str, float]:
         """All recorded statistics as Python floats (one device-to-host transfer), then reset.
 
@@ -351,6 +422,30 @@ class Telemetry:
         self._acts.clear()
         self._stats.clear()
         return out
+
+
+def _scalar(p: torch.Tensor) -> torch.Tensor:
+    """A one-element parameter as a 0-dim float32 copy (a view would show the value after the step)."""
+    return p.detach().float().reshape(()).clone()
+
+
+def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The learned scales of a norm or residual gate, as 0-dim float32 tensors: ``gain_mean`` = mean and
+    ``gain_max`` = max |.| of its ``weight`` (LayerNorm's / RMSNorm's gain, ScaleNorm's g, DyT's and
+    DyISRU's weight, LayerScale's lambda), except a scalar gate's, ReZero's alpha, given as ``alpha``;
+    DyT's ``alpha`` and DyISRU's ``beta``. None of them for ``nn.Identity`` or ``L2Norm`` (no parameters)."""
+    weight = getattr(module, "weight", None)
+    if isinstance(module, Gate) and weight.numel() == 1:
+        return {"alpha": _scalar(weight)}
+    stats = {}
+    if isinstance(weight, torch.Tensor):
+        w = weight.detach().float()
+        stats = {"gain_mean": w.mean(), "gain_max": w.abs().amax()}
+    for stat in ("alpha", "beta"):  # DyT's alpha, DyISRU's beta (parameters, unlike a Residual's float alpha)
+        p = getattr(module, stat, None)
+        if isinstance(p, nn.Parameter):
+            stats[stat] = _scalar(p)
+    return stats
 
 
 def first_nonfinite(stats: dict[str, float]) -> str | None:

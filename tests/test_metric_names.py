@@ -12,9 +12,12 @@ from model.metric_names import (
     BLOCK_SITES,
     FAMILIES,
     FAMILY_STATS,
+    SCALE_SITE_STATS,
     STACK_SITES,
     STACKS,
     STATS,
+    WEIGHT_SITES,
+    WEIGHT_STATS,
     Metric,
     act,
     attn_entropy,
@@ -22,9 +25,11 @@ from model.metric_names import (
     depth,
     derive_stats,
     grad_norm,
+    learned_scale,
     n_enc_layers_seen,
     parse,
     update_ratio,
+    weight_spectrum,
 )
 
 
@@ -37,6 +42,8 @@ def every_metric() -> list[Metric]:
             metrics += [act(stack, layer, site, stat) for site in BLOCK_SITES for stat in STATS]
             metrics += [grad_norm(stack, layer), update_ratio(stack, layer)]
             metrics += [attn_entropy(stack, layer, a) for a in ATTENTIONS]
+            metrics += [weight_spectrum(stack, layer, m, stat) for m in WEIGHT_SITES for stat in WEIGHT_STATS]
+            metrics += [learned_scale(stack, layer, site, stat) for site, stats in SCALE_SITE_STATS.items() for stat in stats]
     return metrics
 
 
@@ -50,6 +57,11 @@ def test_names_are_the_documented_strings():
     assert grad_norm("enc", 3).name == "grad/enc.3/norm"
     assert update_ratio("dec", 0).name == "update/dec.0/ratio"
     assert attn_entropy("dec", 1, "self_attn").name == "attn/dec.1.self_attn/entropy"
+    assert weight_spectrum("dec", 1, "cross_attn.v", "sigma_max").name == "weight/dec.1.cross_attn.v/sigma_max"
+    assert weight_spectrum("enc", 0, "ffn.in", "stable_rank").name == "weight/enc.0.ffn.in/stable_rank"
+    assert learned_scale("enc", 0, "ffn.norm_in", "gain_mean").name == "scale/enc.0.ffn.norm_in/gain_mean"
+    assert learned_scale("enc", 1, "ffn.gate", "alpha").name == "scale/enc.1.ffn.gate/alpha"
+    assert learned_scale("dec", 0, "self_attn", "temperature").name == "scale/dec.0.self_attn/temperature"
     assert grad_norm("enc", 3).block == "enc.3" and act("enc", None, "embed", "rms").block is None
 
 
@@ -77,7 +89,14 @@ def test_every_name_of_every_family_parses_back_to_its_metric():
         "grad/enc.0/ratio",
         "update/enc.0.out/ratio",
         "attn/enc.0.ffn/entropy",
-        "weight/enc.0/sigma_max",  # unknown family
+        "wait/enc.0/norm",  # unknown family
+        "weight/enc.0/sigma_max",  # a weight metric names its matrix
+        "weight/enc.0.ffn.q/sigma_max",  # no such matrix
+        "weight/enc.0.self_attn.q/entropy",
+        "scale/enc.0.ffn/temperature",  # only an attention has a temperature
+        "scale/enc.0.self_attn/gain_mean",  # an attention's only scale is its temperature
+        "scale/enc.0.ffn.gate/beta",  # beta is DyISRU's, a norm's
+        "scale/enc.0.ffn.norm_in/rms",
         "act/enc.0.out/rms/extra",
     ],
 )
@@ -92,6 +111,10 @@ def test_a_bad_metric_is_a_one_line_error_naming_the_field():
         grad_norm("mid", 0)
     with pytest.raises(ValueError, match="unknown metric site 'out'; valid: embed, final_norm"):
         act("enc", None, "out", "rms")
+    with pytest.raises(ValueError, match="unknown metric stat at ffn.gate 'beta'; valid: gain_mean, gain_max, alpha"):
+        learned_scale("enc", 0, "ffn.gate", "beta")
+    with pytest.raises(ValueError, match="unknown metric site 'ffn.q'; valid: self_attn.q, "):
+        weight_spectrum("enc", 0, "ffn.q", "sigma_max")
     with pytest.raises(ValueError, match="layer must be an integer >= 0"):
         Metric("grad", "enc", -1, stat="norm")
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.metric_names import ATTENTION_NORM_SITES, SITE_GROUPS, depth_profile, parse
+from model.metric_names import ATTENTION_NORM_SITES, FAMILY_STATS, SITE_GROUPS, WEIGHT_SITES, depth_profile, parse
 from model.telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
 from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
@@ -140,6 +140,7 @@ def test_training_is_bit_identical_with_telemetry_on_and_off_with_dropout(compil
     off_losses, _, off_weights, off_rng = run(0)
     on_losses, on_stats, on_weights, on_rng = run(2)  # records steps 1, 2 and 4
     assert [bool(s) for s in on_stats] == [True, True, False, True]
+    assert {parse(k).family for k in on_stats[0]} >= {"weight", "scale"}  # parameter telemetry ran too
     assert on_losses == off_losses
     assert all(torch.equal(a, b) for a, b in zip(on_weights, off_weights, strict=True))
     assert torch.equal(on_rng, off_rng)
@@ -327,28 +328,36 @@ def test_attention_norm_sites_are_named_parse_back_and_ignore_padding():
 def doc_pattern(pattern: str) -> re.Pattern:
     """A name pattern of the docs table (``act/{s}.{i}.in/{stat}``) as a regex."""
     fields = {"s": "enc|dec", "i": r"\d+", "r": "self_attn|cross_attn|ffn", "slot": "norm_in|norm_branch|norm_out",
-              "a": "self_attn|cross_attn", "h": "q_norm|k_norm|v_norm", "stat": "|".join(STATS)}  # fmt: skip
+              "a": "self_attn|cross_attn", "h": "q_norm|k_norm|v_norm", "m": "|".join(map(re.escape, WEIGHT_SITES)),
+              "stat": "|".join(stat for stats in FAMILY_STATS.values() for stat in stats)}  # fmt: skip
     return re.compile(re.sub(r"\\{(\w+)\\}", lambda m: f"({fields[m.group(1)]})", re.escape(pattern.strip("`"))))
+
+
+def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]:
+    """Everything ``cfg`` records on one SGD step of ``model`` over ``batch()``."""
+    src, tgt_in, tgt_out = batch()
+    tele = Telemetry(model, cfg)
+    with tele.watch(src.eq(0), tgt_out.eq(0)):
+        logits = model(src, tgt_in)
+    F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
+    tele.record_grad_norms()
+    tele.record_parameters()
+    with tele.watch_update(), torch.no_grad():
+        for p in model.parameters():
+            p.sub_(1e-3 * p.grad)
+    model.zero_grad()
+    return tele.collect()
 
 
 def test_docs_metric_names_table_is_what_each_group_records():
     rows = [[c.strip("`") for c in row] for row in doc_table("recorded by")]
-    assert len(rows) == 10
-    model = make("sandwich", qk="rmsnorm", v="layernorm")
-    src, tgt_in, tgt_out = batch()
+    assert len(rows) == 15
+    # Between them, every kind of site: q/k/v norms, residual gates, an l2 QK-norm temperature.
+    models = [make("sandwich", qk="rmsnorm", v="layernorm"), make("layerscale", qk="l2")]
     for group in dict.fromkeys(row[0] for row in rows):
-        cfg = TelemetryConfig(every=1, sites=(group,) if group in SITE_GROUPS else (), grads=group == "grads",
-                              updates=group == "updates", attn_entropy=group == "attn_entropy")  # fmt: skip
-        tele = Telemetry(model, cfg)
-        with tele.watch(src.eq(0), tgt_out.eq(0)):
-            logits = model(src, tgt_in)
-        F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
-        tele.record_grad_norms()
-        with tele.watch_update(), torch.no_grad():
-            for p in model.parameters():
-                p.sub_(1e-3 * p.grad)
-        model.zero_grad()
-        stats = tele.collect()
+        flags = {flag: group == flag for flag in ("grads", "updates", "attn_entropy", "weights", "scales")}
+        cfg = TelemetryConfig(every=1, sites=(group,) if group in SITE_GROUPS else (), **flags)
+        stats = {key: value for model in models for key, value in record_step(model, cfg).items()}
         patterns = [(doc_pattern(pattern), example) for g, pattern, example, _ in rows if g == group]
         for regex, example in patterns:
             assert example in stats and regex.fullmatch(example) and parse(example), (group, example)

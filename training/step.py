@@ -53,8 +53,8 @@ def train_step(
 
     With ``record``, telemetry watches the first micro-batch's forward pass (with compiled layers,
     through an extra eager pass: :meth:`Telemetry.watch_forward`), the gradients before clipping,
-    and the update; losses and weights are bit-identical with it on or off. Nothing here reads a
-    value back to the host.
+    the parameters before the update (weight spectra, learned scales), and the update; losses and
+    weights are bit-identical with it on or off. Nothing here reads a value back to the host.
 
     Args:
         model: the EncoderDecoder, or it wrapped in DistributedDataParallel.
@@ -86,6 +86,7 @@ def train_step(
         total += loss.detach()
     if o.record:
         telemetry.record_grad_norms()
+        telemetry.record_parameters()
     # max_norm=inf scales by 1 (a no-op) and still returns the norm, which is logged either way.
     max_norm = math.inf if o.grad_clip is None else o.grad_clip
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
