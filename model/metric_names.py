@@ -4,7 +4,8 @@ Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a 
 
 - ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
   ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest);
-- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/entropy``.
+- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/{entropy|max_logit}``;
+- ``out/{logz|max_logit}``: the output logits, a family of no stack (the name has no middle part).
 
 Block sites (``BLOCK_SITES``): ``in``, ``out``, a residual sublayer ``{r}`` (its branch output),
 a filled norm slot of it ``{r}.{slot}``, and an attention norm site ``{a}.{q_norm|k_norm|v_norm}``.
@@ -35,11 +36,18 @@ BLOCK_SITES = (
     *(f"{r}.{slot}" for r in RESIDUALS for slot in NORM_SLOTS),
     *(f"{a}.{site}" for a in ATTENTIONS for site in ATTENTION_NORM_SITES),
 )
-FAMILY_STATS = {"act": STATS, "grad": ("norm",), "update": ("ratio",), "attn": ("entropy",)}
+FAMILY_STATS = {
+    "act": STATS,
+    "grad": ("norm",),
+    "update": ("ratio",),
+    "attn": ("entropy", "max_logit"),
+    "out": ("logz", "max_logit"),
+}
 FAMILIES = tuple(FAMILY_STATS)
+STACKLESS = ("out",)  # families of the whole model: ``{family}/{stat}``, no stack, layer or site
 DEPTH_CHART = "act/rms_vs_depth"  # the wandb chart of RMS vs depth (not a statistic: parses to None)
 
-_NAME = re.compile(r"(?P<family>\w+)/(?P<stack>[a-z]+)(?:\.(?P<layer>0|[1-9]\d*))?(?:\.(?P<site>[a-z_.]+))?/(?P<stat>\w+)")
+_NAME = re.compile(r"(?P<family>\w+)/(?:(?P<stack>[a-z]+)(?:\.(?P<layer>0|[1-9]\d*))?(?:\.(?P<site>[a-z_.]+))?/)?(?P<stat>\w+)")
 
 
 @dataclass(frozen=True)
@@ -48,10 +56,10 @@ class Metric:
 
     Attributes:
         family: one of ``FAMILIES``.
-        stack: ``enc`` or ``dec``.
-        layer: the block index; None for the stack sites ``embed`` and ``final_norm``.
+        stack: ``enc`` or ``dec``; None for a ``STACKLESS`` family (``out``), and only there.
+        layer: the block index; None for the stack sites ``embed`` and ``final_norm`` and for ``out``.
         site: an act site (``STACK_SITES`` or ``BLOCK_SITES``), the attention of an ``attn``
-            metric, or None (``grad``, ``update``).
+            metric, or None (``grad``, ``update``, ``out``).
         stat: one of ``FAMILY_STATS[family]``.
 
     Raises:
@@ -59,15 +67,19 @@ class Metric:
     """
 
     family: str
-    stack: str
+    stack: str | None
     layer: int | None = None
     site: str | None = None
     stat: str | None = None
 
     def __post_init__(self) -> None:
         _check("family", self.family, FAMILIES)
-        _check("stack", self.stack, STACKS)
         _check("stat", self.stat, FAMILY_STATS[self.family])
+        if self.family in STACKLESS:
+            for field in ("stack", "layer", "site"):
+                _check(field, getattr(self, field), (None,))
+            return
+        _check("stack", self.stack, STACKS)
         if self.layer is not None and (not isinstance(self.layer, int) or self.layer < 0):
             raise ValueError(f"metric layer must be an integer >= 0 or None, got {self.layer!r}")
         if self.family == "act":
@@ -79,7 +91,10 @@ class Metric:
 
     @property
     def name(self) -> str:
-        """``{family}/{stack}[.{layer}][.{site}]/{stat}``, e.g. ``act/dec.1.cross_attn.k_norm/rms``."""
+        """``{family}/{stack}[.{layer}][.{site}]/{stat}``, e.g. ``act/dec.1.cross_attn.k_norm/rms``;
+        ``{family}/{stat}`` for a stack-less family, e.g. ``out/logz``."""
+        if self.stack is None:
+            return f"{self.family}/{self.stat}"
         parts = [self.stack, *([] if self.layer is None else [str(self.layer)]), *([] if self.site is None else [self.site])]
         return f"{self.family}/{'.'.join(parts)}/{self.stat}"
 
@@ -133,6 +148,16 @@ def update_ratio(stack: str, layer: int) -> Metric:
 def attn_entropy(stack: str, layer: int, attention: str) -> Metric:
     """``attn/{stack}.{layer}.{attention}/entropy``."""
     return Metric("attn", stack, layer, attention, "entropy")
+
+
+def attn_max_logit(stack: str, layer: int, attention: str) -> Metric:
+    """``attn/{stack}.{layer}.{attention}/max_logit``."""
+    return Metric("attn", stack, layer, attention, "max_logit")
+
+
+def output_logits(stat: str) -> Metric:
+    """``out/{stat}``, ``stat`` in ``FAMILY_STATS["out"]`` (``logz``, ``max_logit``): the output logits."""
+    return Metric("out", None, stat=stat)
 
 
 def depth(stack: str, layer: int, n_enc_layers: int) -> int:

@@ -18,11 +18,13 @@ from model.metric_names import (
     Metric,
     act,
     attn_entropy,
+    attn_max_logit,
     blocks,
     depth,
     derive_stats,
     grad_norm,
     n_enc_layers_seen,
+    output_logits,
     parse,
     update_ratio,
 )
@@ -30,13 +32,14 @@ from model.metric_names import (
 
 def every_metric() -> list[Metric]:
     """Every valid metric of a model with blocks 0 and 11 in each stack."""
-    metrics = []
+    metrics = [output_logits(stat) for stat in FAMILY_STATS["out"]]
     for stack in STACKS:
         metrics += [act(stack, None, site, stat) for site in STACK_SITES for stat in STATS]
         for layer in (0, 11):
             metrics += [act(stack, layer, site, stat) for site in BLOCK_SITES for stat in STATS]
             metrics += [grad_norm(stack, layer), update_ratio(stack, layer)]
             metrics += [attn_entropy(stack, layer, a) for a in ATTENTIONS]
+            metrics += [attn_max_logit(stack, layer, a) for a in ATTENTIONS]
     return metrics
 
 
@@ -50,6 +53,9 @@ def test_names_are_the_documented_strings():
     assert grad_norm("enc", 3).name == "grad/enc.3/norm"
     assert update_ratio("dec", 0).name == "update/dec.0/ratio"
     assert attn_entropy("dec", 1, "self_attn").name == "attn/dec.1.self_attn/entropy"
+    assert attn_max_logit("enc", 0, "self_attn").name == "attn/enc.0.self_attn/max_logit"
+    assert output_logits("logz").name == "out/logz" and output_logits("max_logit").name == "out/max_logit"
+    assert output_logits("logz").block is None
     assert grad_norm("enc", 3).block == "enc.3" and act("enc", None, "embed", "rms").block is None
 
 
@@ -79,6 +85,13 @@ def test_every_name_of_every_family_parses_back_to_its_metric():
         "attn/enc.0.ffn/entropy",
         "weight/enc.0/sigma_max",  # unknown family
         "act/enc.0.out/rms/extra",
+        "act/rms",  # a stack family without its stack
+        "grad/norm",
+        "out/enc/logz",  # the stack-less family with a stack
+        "out/enc.0.self_attn/max_logit",
+        "out/entropy",  # not a stat of out
+        "out/",
+        "train/z_loss",
     ],
 )
 def test_a_bad_name_parses_to_none(name):
@@ -94,6 +107,12 @@ def test_a_bad_metric_is_a_one_line_error_naming_the_field():
         act("enc", None, "out", "rms")
     with pytest.raises(ValueError, match="layer must be an integer >= 0"):
         Metric("grad", "enc", -1, stat="norm")
+    with pytest.raises(ValueError, match="unknown metric stat 'entropy'; valid: logz, max_logit"):
+        output_logits("entropy")
+    with pytest.raises(ValueError, match="unknown metric stack 'dec'; valid: None"):
+        Metric("out", "dec", stat="logz")
+    with pytest.raises(ValueError, match="unknown metric stack None; valid: enc, dec"):
+        Metric("attn", None, 0, "self_attn", "max_logit")
 
 
 def test_every_stat_is_derived_from_the_raw_sums():
