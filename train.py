@@ -81,7 +81,7 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     tc = cfg.trainer
     stream = train_stream(run.task.data["train"], tc.max_tokens, cfg.seed, *run.data_position,
                           rank=distributed.rank(), world=run.world, accum=tc.grad_accum)  # fmt: skip
-    window = LogWindow(run.device)
+    window = LogWindow(run.device, z_loss=run.step_options.z_loss > 0)
     run.model.train()
     try:
         with StopRequest() as stop, tqdm(total=tc.max_steps, initial=run.step, desc="train", disable=not is_main) as bar:
@@ -94,8 +94,9 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                 lr = run.sched.get_last_lr()[0]  # the rate this step's update uses (read before it steps)
                 options = replace(run.step_options, step_tokens=batches.n_tgt_tokens, record=record)
                 micro = [b.to(run.device) for b in batches.micro]
-                loss, grad_norm = train_step(run.ddp, micro, run.opt, run.sched, run.telemetry, options)
-                window.add(run.step, loss, batches.n_tgt_tokens, sum(train_flops(run.mcfg, *s[:3]) for s in batches.shapes))
+                loss, grad_norm, z_loss = train_step(run.ddp, micro, run.opt, run.sched, run.telemetry, options)
+                flops = sum(train_flops(run.mcfg, *s[:3]) for s in batches.shapes)
+                window.add(run.step, loss, z_loss, batches.n_tgt_tokens, flops)
                 bar.update(1)
 
                 evaluate = run.step % tc.eval_every == 0 or run.step == tc.max_steps

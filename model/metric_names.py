@@ -4,13 +4,14 @@ Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a 
 
 - ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
   ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest);
-- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/entropy``;
+- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/{entropy|max_logit}``;
 - ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``, ``{m}`` a block matrix (``WEIGHT_SITES``: ``self_attn.q``,
   ``cross_attn.out``, ``ffn.in``, ... = :func:`matrix_site` of a residual and a ``linear_roles()`` role);
 - ``scale/{s}.{i}.{site}/{stat}``, a learned scale: a norm's parameters at ``{r}.{slot}`` or ``{a}.{h}``
   (``gain_mean``, ``gain_max``, DyT's ``alpha``, DyISRU's ``beta``), a residual gate ``{r}.gate``
   (ReZero's scalar: ``alpha``; LayerScale's per-channel: ``gain_mean``, ``gain_max``), an attention's
-  l2 QK-norm ``temperature`` at ``{a}`` (``SCALE_SITE_STATS``).
+  l2 QK-norm ``temperature`` at ``{a}`` (``SCALE_SITE_STATS``);
+- ``out/{logz|max_logit}``: the output logits, a family of no stack (the name has no middle part).
 
 Block sites (``BLOCK_SITES``): ``in``, ``out``, a residual sublayer ``{r}`` (its branch output),
 a filled norm slot of it ``{r}.{slot}``, and an attention norm site ``{a}.{q_norm|k_norm|v_norm}``.
@@ -64,15 +65,17 @@ FAMILY_STATS = {
     "act": STATS,
     "grad": ("norm",),
     "update": ("ratio",),
-    "attn": ("entropy",),
+    "attn": ("entropy", "max_logit"),
     "weight": WEIGHT_STATS,
     "scale": SCALE_STATS,
+    "out": ("logz", "max_logit"),
 }
 _BLOCK_SITES_OF = {"attn": ATTENTIONS, "weight": WEIGHT_SITES, "scale": tuple(SCALE_SITE_STATS)}  # beside act; others: no site
 FAMILIES = tuple(FAMILY_STATS)
+STACKLESS = ("out",)  # families of the whole model: ``{family}/{stat}``, no stack, layer or site
 DEPTH_CHART = "act/rms_vs_depth"  # the wandb chart of RMS vs depth (not a statistic: parses to None)
 
-_NAME = re.compile(r"(?P<family>\w+)/(?P<stack>[a-z]+)(?:\.(?P<layer>0|[1-9]\d*))?(?:\.(?P<site>[a-z_.]+))?/(?P<stat>\w+)")
+_NAME = re.compile(r"(?P<family>\w+)/(?:(?P<stack>[a-z]+)(?:\.(?P<layer>0|[1-9]\d*))?(?:\.(?P<site>[a-z_.]+))?/)?(?P<stat>\w+)")
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,11 @@ class Metric:
 
     Attributes:
         family: one of ``FAMILIES``.
-        stack: ``enc`` or ``dec``.
-        layer: the block index; None for the stack sites ``embed`` and ``final_norm``.
+        stack: ``enc`` or ``dec``; None for a ``STACKLESS`` family (``out``), and only there.
+        layer: the block index; None for the stack sites ``embed`` and ``final_norm`` and for ``out``.
         site: an act site (``STACK_SITES`` or ``BLOCK_SITES``), the attention of an ``attn``
-            metric, a ``WEIGHT_SITES`` matrix, a ``SCALE_SITE_STATS`` site, or None (``grad``, ``update``).
+            metric, a ``WEIGHT_SITES`` matrix, a ``SCALE_SITE_STATS`` site, or None (``grad``,
+            ``update``, ``out``).
         stat: one of ``FAMILY_STATS[family]``.
 
     Raises:
@@ -92,15 +96,19 @@ class Metric:
     """
 
     family: str
-    stack: str
+    stack: str | None
     layer: int | None = None
     site: str | None = None
     stat: str | None = None
 
     def __post_init__(self) -> None:
         _check("family", self.family, FAMILIES)
-        _check("stack", self.stack, STACKS)
         _check("stat", self.stat, FAMILY_STATS[self.family])
+        if self.family in STACKLESS:
+            for field in ("stack", "layer", "site"):
+                _check(field, getattr(self, field), (None,))
+            return
+        _check("stack", self.stack, STACKS)
         if self.layer is not None and (not isinstance(self.layer, int) or self.layer < 0):
             raise ValueError(f"metric layer must be an integer >= 0 or None, got {self.layer!r}")
         if self.family == "act":
@@ -114,7 +122,10 @@ class Metric:
 
     @property
     def name(self) -> str:
-        """``{family}/{stack}[.{layer}][.{site}]/{stat}``, e.g. ``act/dec.1.cross_attn.k_norm/rms``."""
+        """``{family}/{stack}[.{layer}][.{site}]/{stat}``, e.g. ``act/dec.1.cross_attn.k_norm/rms``;
+        ``{family}/{stat}`` for a stack-less family, e.g. ``out/logz``."""
+        if self.stack is None:
+            return f"{self.family}/{self.stat}"
         parts = [self.stack, *([] if self.layer is None else [str(self.layer)]), *([] if self.site is None else [self.site])]
         return f"{self.family}/{'.'.join(parts)}/{self.stat}"
 
@@ -190,6 +201,16 @@ def weight_spectrum(stack: str, layer: int, matrix: str, stat: str) -> Metric:
 def learned_scale(stack: str, layer: int, site: str, stat: str) -> Metric:
     """``scale/{stack}.{layer}.{site}/{stat}``, ``stat`` in ``SCALE_SITE_STATS[site]``."""
     return Metric("scale", stack, layer, site, stat)
+
+
+def attn_max_logit(stack: str, layer: int, attention: str) -> Metric:
+    """``attn/{stack}.{layer}.{attention}/max_logit``."""
+    return Metric("attn", stack, layer, attention, "max_logit")
+
+
+def output_logits(stat: str) -> Metric:
+    """``out/{stat}``, ``stat`` in ``FAMILY_STATS["out"]`` (``logz``, ``max_logit``): the output logits."""
+    return Metric("out", None, stat=stat)
 
 
 def depth(stack: str, layer: int, n_enc_layers: int) -> int:

@@ -28,9 +28,12 @@ when a few "massive activations" stand out, Sun et al. 2024). Exact definitions 
 baselines of every statistic: docs/telemetry.md.
 
 Also: ``grad/{s}.{i}/norm`` (L2 norm of block i's parameter gradients, before clipping),
-``update/{s}.{i}/ratio`` (||w_after - w_before|| / ||w_before|| of one optimizer step), and
+``update/{s}.{i}/ratio`` (||w_after - w_before|| / ||w_before|| of one optimizer step),
 ``attn/{s}.{i}.{self_attn|cross_attn}/entropy`` (attention entropy in nats, mean over heads and
-non-padding queries; recomputed from q and k, so only the ``full`` preset turns it on).
+non-padding queries) and ``.../max_logit`` (the largest pre-softmax logit q.k / sqrt(K) over heads,
+real queries and the keys they see), both from one recomputation of the scores from q and k, and
+``out/logz``, ``out/max_logit`` (log-partition and largest value of the output logits, over real
+target tokens: :meth:`Telemetry.record_logits`).
 Parameters, read as they are before the step's update (:meth:`Telemetry.record_parameters`):
 ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}`` (each block matrix's spectral norm by warm-started
 power iteration, and ||W||_F^2 / sigma_max^2) and ``scale/{s}.{i}.{site}/{stat}`` (norm gains, DyT's
@@ -66,10 +69,12 @@ from model.metric_names import (
     STATS,
     act,
     attn_entropy,
+    attn_max_logit,
     derive_stats,
     grad_norm,
     learned_scale,
     matrix_site,
+    output_logits,
     update_ratio,
     weight_spectrum,
 )
@@ -93,9 +98,11 @@ class TelemetryConfig:
         stats: statistics per site, a subset of ``STATS``.
         grads: record ``grad/{s}.{i}/norm``.
         updates: record ``update/{s}.{i}/ratio`` (copies the weights before the step).
-        attn_entropy: record ``attn/.../entropy`` (recomputes the attention weights from q and k).
         weights: record ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}`` of every block matrix.
         scales: record ``scale/{s}.{i}.{site}/{stat}``, every learned norm gain, gate and temperature.
+        attn_entropy: record ``attn/.../entropy`` (recomputes the attention scores from q and k).
+        attn_max_logit: record ``attn/.../max_logit`` (the same scores: computed once when both are on).
+        logits: record ``out/logz`` and ``out/max_logit`` from the training step's output logits.
 
     Raises:
         ValueError: an unknown site or stat (the message lists the valid ones), or every < 0.
@@ -109,6 +116,8 @@ class TelemetryConfig:
     attn_entropy: bool = False
     weights: bool = True
     scales: bool = True
+    attn_max_logit: bool = True
+    logits: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.every, int) or self.every < 0:
@@ -204,7 +213,7 @@ class Telemetry:
 
     @contextmanager
     def watch(self, src_pad_mask: torch.Tensor, tgt_pad_mask: torch.Tensor) -> Iterator[None]:
-        """Record activation statistics (and attention entropy) of the forward passes inside.
+        """Record activation statistics (and attention entropy and max logit) of the forward passes inside.
 
         Args:
             src_pad_mask: (B, S) bool, True at src padding; excluded from encoder statistics and
@@ -223,11 +232,11 @@ class Telemetry:
 
             register = tap.module.register_forward_pre_hook if tap.on_input else tap.module.register_forward_hook
             handles.append(register(hook))
-        if self.cfg.attn_entropy:
+        if self.cfg.attn_entropy or self.cfg.attn_max_logit:
             for stack, i, layer in self.blocks():
                 queries = ~(tgt_pad_mask if stack == "dec" else src_pad_mask)
                 for r in (r for r in ATTENTIONS if hasattr(layer, r)):
-                    handles += self._entropy_hooks(attn_entropy(stack, i, r).name, getattr(layer, r).branch, queries)
+                    handles += self._score_hooks(stack, i, r, getattr(layer, r).branch, queries)
         try:
             yield
         finally:
@@ -287,9 +296,14 @@ class Telemetry:
             "n": count * math.prod(x.shape[d] for d in features),
         }
 
-    def _entropy_hooks(self, name: str, attn: MultiHeadAttention, keep_queries: torch.Tensor) -> list:
+    def _score_hooks(self, stack: str, i: int, r: str, attn: MultiHeadAttention, keep_queries: torch.Tensor) -> list:
         """Hooks on the attention's q/k taps (to see its projections without recomputing them)
-        and on the attention itself (to see its mask), storing the mean entropy in nats as metric ``name``."""
+        and on the attention itself (to see its mask): one computation of the pre-softmax scores
+        gives the configured ``attn/{stack}.{i}.{r}/entropy`` and ``.../max_logit``.
+
+        Args:
+            keep_queries: (B, T) bool, True at the real (non-padding) queries.
+        """
         seen: dict[str, torch.Tensor] = {}
 
         def tap(key: str):
@@ -299,31 +313,47 @@ class Telemetry:
             return hook
 
         @torch.no_grad()
-        def entropy(mod: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
+        def on_attention(mod: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
             q, k = seen.pop("q"), seen.pop("k")  # (B, H, T, K), (B, H, S, K)
             key_pad = args[2] if len(args) > 2 else None  # (B, S) or None
             T, S = q.shape[2], k.shape[2]
-            scores = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])  # (B, H, T, S)
+            # The logits SDPA computes: q.k / sqrt(K) (with l2 QK-norm q already carries g * sqrt(K)).
+            logit = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])  # (B, H, T, S)
             # Masked scores get a large finite negative, not -inf: exp() gives exactly 0 and
             # 0 * score stays 0 instead of NaN in the entropy sum below.
             if key_pad is not None:
-                scores = scores.masked_fill(key_pad[:, None, None, :], -1e9)
+                logit = logit.masked_fill(key_pad[:, None, None, :], -1e9)
             if mod.causal:
-                scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1), -1e9)
-            # H(p) = log Z - sum_j p_j z_j with z = s - max(s), p = exp(z) / Z; cheaper than
-            # softmax + entr on rows as short as these.
-            z = scores - scores.amax(-1, keepdim=True)
-            e = z.exp()
-            Z = e.sum(-1)  # (B, H, T)
-            ent = (Z.log() - (e * z).sum(-1) / Z).mean(1)  # (B, T), mean over heads
-            w = keep_queries.float()
-            self._stats[name] = (ent * w).sum() / w.sum()
+                logit = logit.masked_fill(torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1), -1e9)
+            top = logit.amax(-1, keepdim=True)  # (B, H, T, 1): each query sees a real key, so a real score
+            if self.cfg.attn_max_logit:
+                per_query = top.squeeze(-1).amax(1)  # (B, T), max over heads
+                self._stats[attn_max_logit(stack, i, r).name] = per_query.masked_fill(~keep_queries, -math.inf).amax()
+            if self.cfg.attn_entropy:
+                self._stats[attn_entropy(stack, i, r).name] = _mean_entropy(logit - top, keep_queries)
 
         return [
             attn.q_tap.register_forward_hook(tap("q")),
             attn.k_tap.register_forward_hook(tap("k")),
-            attn.register_forward_hook(entropy),
+            attn.register_forward_hook(on_attention),
         ]
+
+    @torch.no_grad()
+    def record_logits(self, logits: torch.Tensor, tgt_pad_mask: torch.Tensor) -> None:
+        """Store ``out/logz`` (mean over real target tokens of log sum_v exp z_v) and ``out/max_logit``
+        (max over real tokens and the vocabulary of z) of the output logits z, read in float32 as
+        the loss reads them; nothing when ``cfg.logits`` is off.
+
+        Args:
+            logits: (B, T, V) output logits of the training forward pass.
+            tgt_pad_mask: (B, T) bool, True at target padding (left out).
+        """
+        if not self.cfg.logits:
+            return
+        z = logits.detach().float()
+        keep = (~tgt_pad_mask).float()  # (B, T)
+        self._stats[output_logits("logz").name] = (z.logsumexp(-1) * keep).sum() / keep.sum()
+        self._stats[output_logits("max_logit").name] = z.amax(-1).masked_fill(tgt_pad_mask, -math.inf).amax()
 
     def record_grad_norms(self) -> None:
         """Store each block's gradient norm; call after ``backward`` and before clipping."""
@@ -446,6 +476,21 @@ def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
         if isinstance(p, nn.Parameter):
             stats[stat] = _scalar(p)
     return stats
+
+
+def _mean_entropy(z: torch.Tensor, keep_queries: torch.Tensor) -> torch.Tensor:
+    """Mean over heads and real queries of the softmax entropy (nats) of each row of z.
+
+    Args:
+        z: (B, H, T, S) scores minus their row max (masked keys at about -1e9).
+        keep_queries: (B, T) bool, True at the real queries.
+    """
+    # H(p) = log Z - sum_j p_j z_j with p = exp(z) / Z; cheaper than softmax + entr on rows as short as these.
+    e = z.exp()
+    Z = e.sum(-1)  # (B, H, T)
+    ent = (Z.log() - (e * z).sum(-1) / Z).mean(1)  # (B, T), mean over heads
+    w = keep_queries.float()
+    return (ent * w).sum() / w.sum()
 
 
 def first_nonfinite(stats: dict[str, float]) -> str | None:

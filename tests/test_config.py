@@ -87,6 +87,10 @@ def test_every_job_of_every_experiment_sweep_composes_and_validates():
         ("optim.eps=0", "optim.eps=0 is invalid; it must be a finite number > 0"),
         ("trainer.grad_clip=0", "trainer.grad_clip=0 is invalid; it must be null (no clipping) or a finite number > 0"),
         ("schedule.decay=exp", f"schedule.decay='exp' is invalid; valid: {', '.join(DECAYS)}"),
+        ("optim.z_loss=-1e-4", "optim.z_loss=-0.0001 is invalid; it must be a finite number >= 0 (0: no z-loss; PaLM uses 1e-4)"),
+        ("optim.z_loss=inf", "optim.z_loss=inf is invalid; it must be a finite number >= 0 (0: no z-loss; PaLM uses 1e-4)"),
+        ("optim.z_loss=abc", "optim.z_loss='abc' is invalid: expected a number"),
+        ("telemetry.attn_max_logit=1", "telemetry.attn_max_logit=1 is invalid: expected a boolean (true or false)"),
     ],
 )  # fmt: skip
 def test_a_bad_key_type_or_value_is_one_line_naming_it(overrides, message):
@@ -102,7 +106,7 @@ def test_a_misspelt_key_in_a_preset_file_names_the_valid_keys(tmp_path):
         cfg = compose("config", overrides=["optim=typo"])
     with pytest.raises(ValueError) as error:
         validate(cfg)
-    assert str(error.value) == "optim.weight_decy is not a key of optim; valid keys: lr, betas, eps, weight_decay"
+    assert str(error.value) == "optim.weight_decy is not a key of optim; valid keys: lr, betas, eps, weight_decay, z_loss"
 
 
 @pytest.mark.parametrize(
@@ -110,6 +114,8 @@ def test_a_misspelt_key_in_a_preset_file_names_the_valid_keys(tmp_path):
     [
         "trainer.grad_clip=null",  # no clipping
         "optim.lr=1",  # an integer is a number
+        "optim.z_loss=0",  # off; an integer is a number
+        "optim.z_loss=1e-4",  # PaLM's value
         "logger=wandb logger.project='3'",  # a quoted number is a string
         "trainer.eval_max_examples=null trainer.peak_tflops=989",
         *(f"schedule.decay={d}" for d in DECAYS),

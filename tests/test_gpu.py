@@ -40,9 +40,9 @@ def test_bf16_steps_on_fused_kernels_keep_fp32_master_weights_and_learn(impl):
     # materialized), this would raise "No available kernel".
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
         for _ in range(30):
-            loss, _ = train_step(model, [b], opt, sched, tele, StepOptions(world=1, label_smoothing=0.0, grad_clip=1.0,
-                                 autocast=torch.autocast("cuda", dtype=torch.bfloat16), step_tokens=b.n_tgt_tokens))  # fmt: skip
-            losses.append(loss.item())
+            options = StepOptions(world=1, label_smoothing=0.0, grad_clip=1.0,
+                                  autocast=torch.autocast("cuda", dtype=torch.bfloat16), step_tokens=b.n_tgt_tokens)  # fmt: skip
+            losses.append(train_step(model, [b], opt, sched, tele, options).loss.item())
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert opt.defaults["fused"] is True
     assert losses[-1] < losses[0] - 1.0  # memorizes the batch

@@ -21,12 +21,14 @@ from model.metric_names import (
     Metric,
     act,
     attn_entropy,
+    attn_max_logit,
     blocks,
     depth,
     derive_stats,
     grad_norm,
     learned_scale,
     n_enc_layers_seen,
+    output_logits,
     parse,
     update_ratio,
     weight_spectrum,
@@ -35,7 +37,7 @@ from model.metric_names import (
 
 def every_metric() -> list[Metric]:
     """Every valid metric of a model with blocks 0 and 11 in each stack."""
-    metrics = []
+    metrics = [output_logits(stat) for stat in FAMILY_STATS["out"]]
     for stack in STACKS:
         metrics += [act(stack, None, site, stat) for site in STACK_SITES for stat in STATS]
         for layer in (0, 11):
@@ -44,6 +46,7 @@ def every_metric() -> list[Metric]:
             metrics += [attn_entropy(stack, layer, a) for a in ATTENTIONS]
             metrics += [weight_spectrum(stack, layer, m, stat) for m in WEIGHT_SITES for stat in WEIGHT_STATS]
             metrics += [learned_scale(stack, layer, site, stat) for site, stats in SCALE_SITE_STATS.items() for stat in stats]
+            metrics += [attn_max_logit(stack, layer, a) for a in ATTENTIONS]
     return metrics
 
 
@@ -62,6 +65,9 @@ def test_names_are_the_documented_strings():
     assert learned_scale("enc", 0, "ffn.norm_in", "gain_mean").name == "scale/enc.0.ffn.norm_in/gain_mean"
     assert learned_scale("enc", 1, "ffn.gate", "alpha").name == "scale/enc.1.ffn.gate/alpha"
     assert learned_scale("dec", 0, "self_attn", "temperature").name == "scale/dec.0.self_attn/temperature"
+    assert attn_max_logit("enc", 0, "self_attn").name == "attn/enc.0.self_attn/max_logit"
+    assert output_logits("logz").name == "out/logz" and output_logits("max_logit").name == "out/max_logit"
+    assert output_logits("logz").block is None
     assert grad_norm("enc", 3).block == "enc.3" and act("enc", None, "embed", "rms").block is None
 
 
@@ -98,6 +104,13 @@ def test_every_name_of_every_family_parses_back_to_its_metric():
         "scale/enc.0.ffn.gate/beta",  # beta is DyISRU's, a norm's
         "scale/enc.0.ffn.norm_in/rms",
         "act/enc.0.out/rms/extra",
+        "act/rms",  # a stack family without its stack
+        "grad/norm",
+        "out/enc/logz",  # the stack-less family with a stack
+        "out/enc.0.self_attn/max_logit",
+        "out/entropy",  # not a stat of out
+        "out/",
+        "train/z_loss",
     ],
 )
 def test_a_bad_name_parses_to_none(name):
@@ -117,6 +130,12 @@ def test_a_bad_metric_is_a_one_line_error_naming_the_field():
         weight_spectrum("enc", 0, "ffn.q", "sigma_max")
     with pytest.raises(ValueError, match="layer must be an integer >= 0"):
         Metric("grad", "enc", -1, stat="norm")
+    with pytest.raises(ValueError, match="unknown metric stat 'entropy'; valid: logz, max_logit"):
+        output_logits("entropy")
+    with pytest.raises(ValueError, match="unknown metric stack 'dec'; valid: None"):
+        Metric("out", "dec", stat="logz")
+    with pytest.raises(ValueError, match="unknown metric stack None; valid: enc, dec"):
+        Metric("attn", None, 0, "self_attn", "max_logit")
 
 
 def test_every_stat_is_derived_from_the_raw_sums():

@@ -18,7 +18,7 @@ from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
 from training.step import StepOptions, train_step
 
-FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True)
+FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True, attn_max_logit=True, logits=True)
 
 
 def make(placement="pre", kind="layernorm", n=2, d=32, seed=0, dropout=0.0, **attention_norms) -> EncoderDecoder:
@@ -45,6 +45,7 @@ def record(model, src, tgt_in, tgt_out, cfg=FULL) -> dict[str, float]:
     tele = Telemetry(model, cfg)
     with tele.watch(src.eq(0), tgt_out.eq(0)):
         logits = model(src, tgt_in)
+    tele.record_logits(logits, tgt_out.eq(0))
     F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
     tele.record_grad_norms()
     return tele.collect()
@@ -114,12 +115,12 @@ def train_steps(model: EncoderDecoder, every: int, steps: int = 4) -> tuple[list
     b = Batch(src, tgt_in, tgt_out, list(range(len(src))), int(tgt_out.ne(0).sum()))
     opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
     sched = build_scheduler(opt, 1e-3, 0, steps, "constant")
-    tele = Telemetry(model, TelemetryConfig(every=every, attn_entropy=True))
+    tele = Telemetry(model, TelemetryConfig(every=every, attn_entropy=True, attn_max_logit=True, logits=True))
     losses, stats = [], []
     for step in range(1, steps + 1):
         options = StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext(),
                               step_tokens=b.n_tgt_tokens, record=tele.due(step, steps))  # fmt: skip
-        loss, _ = train_step(model, [b], opt, sched, tele, options)
+        loss = train_step(model, [b], opt, sched, tele, options).loss
         losses.append(loss.item())
         stats.append(tele.collect())
     return losses, stats, [p.detach().clone() for p in model.parameters()], torch.get_rng_state()
@@ -339,6 +340,7 @@ def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]
     tele = Telemetry(model, cfg)
     with tele.watch(src.eq(0), tgt_out.eq(0)):
         logits = model(src, tgt_in)
+    tele.record_logits(logits, tgt_out.eq(0))
     F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
     tele.record_grad_norms()
     tele.record_parameters()
@@ -349,13 +351,16 @@ def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]
     return tele.collect()
 
 
+SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "logits", "weights", "scales")
+
+
 def test_docs_metric_names_table_is_what_each_group_records():
     rows = [[c.strip("`") for c in row] for row in doc_table("recorded by")]
-    assert len(rows) == 15
+    assert len(rows) == 18
     # Between them, every kind of site: q/k/v norms, residual gates, an l2 QK-norm temperature.
     models = [make("sandwich", qk="rmsnorm", v="layernorm"), make("layerscale", qk="l2")]
     for group in dict.fromkeys(row[0] for row in rows):
-        flags = {flag: group == flag for flag in ("grads", "updates", "attn_entropy", "weights", "scales")}
+        flags = {flag: group == flag for flag in SWITCHES}
         cfg = TelemetryConfig(every=1, sites=(group,) if group in SITE_GROUPS else (), **flags)
         stats = {key: value for model in models for key, value in record_step(model, cfg).items()}
         patterns = [(doc_pattern(pattern), example) for g, pattern, example, _ in rows if g == group]

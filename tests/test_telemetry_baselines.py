@@ -215,3 +215,81 @@ def test_first_adamw_update_ratio_is_lr_over_weight_rms():
         ratio = first_adamw_ratio(model, lr, grad_scale)
         assert ratio == pytest.approx(lr * math.sqrt(w.numel()) / w.norm().item(), rel=1e-3)
         assert ratio == pytest.approx(lr / sigma, rel=0.01)
+
+
+def gaussian_max_logit(rows: int, S: int, draws: int) -> list[float]:
+    """``attn/enc.0.self_attn/max_logit`` of ``draws`` forward passes whose q and k are i.i.d. N(0, 1) (head size 32)."""
+    model = make(128, heads=4, max_len=S)
+    src, tgt = torch.randint(4, 30, (rows, S)), torch.randint(4, 30, (rows, 2))
+    attn = model.encoder[0].self_attn.branch
+    handles = [t.register_forward_hook(lambda mod, args, out: torch.randn_like(out)) for t in (attn.q_tap, attn.k_tap)]
+    tele = Telemetry(model, TelemetryConfig(every=1, sites=(), grads=False, attn_max_logit=True))
+    values = []
+    for _ in range(draws):
+        with tele.watch(src.eq(0), tgt.eq(0)), torch.no_grad():
+            model(src, tgt)
+        values.append(tele.collect()["attn/enc.0.self_attn/max_logit"])
+    for h in handles:
+        h.remove()
+    return values
+
+
+def max_of_gaussians(n: int, h: float = 1e-3) -> float:
+    """E[max of n i.i.d. N(0, 1)] = int_0^inf (1 - Phi^n) dt - int_0^inf Phi(-t)^n dt, by Simpson's rule."""
+    m, total = int(10 / h), 0.0
+    for i in range(m + 1):
+        t, w = i * h, 1 if i in (0, m) else 4 if i % 2 else 2
+        total += w * (1 - (0.5 * math.erfc(-t / math.sqrt(2))) ** n - (0.5 * math.erfc(t / math.sqrt(2))) ** n)
+    return total * h / 3
+
+
+def test_gaussian_query_key_max_logit_matches_the_docs():
+    torch.manual_seed(0)
+    for rows_keys, n, median, sd, iid in doc_table("rows x keys S"):
+        rows, S = (int(v) for v in rows_keys.split(" x "))
+        assert int(n.replace(",", "")) == rows * 4 * S * S
+        assert float(iid) == pytest.approx(max_of_gaussians(rows * 4 * S * S), abs=0.005)
+        values = torch.tensor(gaussian_max_logit(rows, S, draws=9))
+        assert values.median().item() == pytest.approx(float(median), abs=float(sd))  # ~2.5 standard errors of a median of 9
+        assert values.median().item() > float(iid)  # heavier tails than a Gaussian
+
+
+def test_gaussian_logits_log_z_matches_the_docs():
+    gen = torch.Generator().manual_seed(0)
+    tele = Telemetry(make(8), TelemetryConfig(every=1, sites=(), grads=False, logits=True))
+    for V, ln_v, log_z in ([int(c.replace(",", "")) for c in r[:1]] + [float(c) for c in r[1:]] for r in doc_table("V")):
+        assert ln_v == pytest.approx(math.log(V), abs=0.005)
+        assert log_z == pytest.approx(math.log(V) + 0.5 - (math.e - 1) / (2 * V), abs=0.005)
+        tokens = 4096 if V < 1000 else 128  # sd of log Z per token ~ sqrt((e - 1) / V): the mean within ~0.003
+        z = torch.randn(2, tokens // 2 + 16, V, generator=gen)
+        pad = torch.arange(tokens // 2 + 16) >= tokens // 2  # 16 padding positions per row, at 1e4: must not count
+        z[:, pad] = 1e4
+        tele.record_logits(z, pad.expand(2, -1))
+        assert tele.collect()["out/logz"] == pytest.approx(log_z, abs=0.012)
+
+
+# docs/telemetry.md, "At initialization": ranges over seeds 0-2 of model=small on 400 x 10 random tokens, V = 43.
+AT_INIT = {
+    "pre_ln": {"out/logz": (5.2, 5.4), "out/max_logit": (7.3, 8.0), "attn": (4.0, 6.6)},
+    "post_ln": {"out/logz": (4.1, 4.4), "out/max_logit": (3.2, 3.8), "attn": (2.6, 4.9),
+                "attn/enc.0.self_attn/max_logit": (6.5, 7.9), "attn/dec.0.self_attn/max_logit": (5.8, 6.5)},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", AT_INIT)
+def test_max_logits_of_model_small_at_init_match_the_docs(preset):
+    from scripts.bench import default_model_and_batch, norm_preset
+
+    cfg = default_model_and_batch(norm_preset(preset))[0].cfg
+    ranges = AT_INIT[preset]
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = EncoderDecoder(cfg).eval()
+        g = torch.Generator().manual_seed(100 + seed)
+        src, tgt = torch.randint(4, 31, (400, 10), generator=g), torch.randint(4, 43, (400, 10), generator=g)
+        tele = Telemetry(model, TelemetryConfig(every=1, sites=(), grads=False, attn_max_logit=True, logits=True))
+        with tele.watch(src.eq(0), tgt.eq(0)), torch.no_grad():
+            tele.record_logits(model(src, tgt), tgt.eq(0))
+        for name, value in tele.collect().items():
+            low, high = ranges.get(name, ranges["attn"])
+            assert low - 0.05 <= value <= high + 0.05, (seed, name, value)  # the docs round to 0.1

@@ -146,7 +146,8 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
         model.compile_layers()
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-    options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast)
+    options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast,
+                          z_loss=cfg.optim.z_loss)  # fmt: skip
     logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None, resume_step=step)
     print(f"normlab: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, norm {mcfg.norm.placement}/"
           f"{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, run dir {run_dir}")  # fmt: skip

@@ -90,22 +90,27 @@ class TrainerConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """The ``optim`` keys: AdamW's peak learning rate, betas, eps and decoupled weight decay.
+    """The ``optim`` keys: AdamW's peak learning rate, betas, eps and decoupled weight decay, and the
+    z-loss coefficient (``training.step.token_losses``; 0: off).
 
     Raises:
-        ValueError: lr or eps not a finite number > 0, weight_decay < 0, betas outside [0, 1).
+        ValueError: lr or eps not a finite number > 0, weight_decay < 0, betas outside [0, 1),
+            z_loss not a finite number >= 0.
     """
 
     lr: float
     betas: tuple[float, float]
     eps: float
     weight_decay: float
+    z_loss: float = 0.0
 
     def __post_init__(self) -> None:
         _require(self.lr > 0 and math.isfinite(self.lr), "optim.lr", self.lr, "it must be a finite number > 0")
         _require(self.eps > 0 and math.isfinite(self.eps), "optim.eps", self.eps, "it must be a finite number > 0")
         _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "it must be >= 0")
         _require(all(0 <= b < 1 for b in self.betas), "optim.betas", list(self.betas), "it must be two numbers in [0, 1)")
+        _require(self.z_loss >= 0 and math.isfinite(self.z_loss), "optim.z_loss", self.z_loss,
+                 "it must be a finite number >= 0 (0: no z-loss; PaLM uses 1e-4)")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,20 @@ def peak_memory_gib(device: torch.device) -> float:
 
 
 class LogWindow:
-    """Loss (summed on the device: no host sync per step), target tokens, model FLOPs and wall time
-    of the steps since the last logging step; the first step whose loss was non-finite; and, across
-    windows, the latest telemetry record (drawn as a depth profile at evaluations) and the first
-    telemetry metric that went non-finite (named when the loss does)."""
+    """Loss and z-loss (summed on the device: no host sync per step), target tokens, model FLOPs and
+    wall time of the steps since the last logging step; the first step whose loss was non-finite;
+    and, across windows, the latest telemetry record (drawn as a depth profile at evaluations) and
+    the first telemetry metric that went non-finite (named when the loss does).
 
-    def __init__(self, device: torch.device) -> None:
+    Args:
+        device: where the sums live.
+        z_loss: whether the run trains with a z-loss (``optim.z_loss`` > 0): ``train/z_loss`` is logged.
+    """
+
+    def __init__(self, device: torch.device, z_loss: bool = False) -> None:
+        self.z_loss = z_loss
         self.loss_sum = torch.zeros((), device=device)
+        self.z_loss_sum = torch.zeros((), device=device)
         self.first_bad_step = torch.full((), -1, device=device)  # -1: every loss so far was finite
         self.first_bad_site: str | None = None
         self.record: dict[str, float] = {}
@@ -40,13 +47,16 @@ class LogWindow:
     def restart(self) -> None:
         """Open a new window (after logging, evaluating and checkpointing: their time is not throughput)."""
         self.loss_sum.zero_()
+        self.z_loss_sum.zero_()
         self.steps, self.tokens, self.flops = 0, 0, 0.0
         self.t0 = time.perf_counter()
 
-    def add(self, step: int, loss: torch.Tensor, tokens: int, flops: float) -> None:
-        """Count one optimizer step: its loss (0-dim device tensor), target tokens and FLOPs."""
+    def add(self, step: int, loss: torch.Tensor, z_loss: torch.Tensor, tokens: int, flops: float) -> None:
+        """Count one optimizer step: its loss and z-loss (0-dim device tensors, ``StepResult``), target
+        tokens and FLOPs."""
         self.first_bad_step = torch.where((self.first_bad_step < 0) & ~torch.isfinite(loss), step, self.first_bad_step)
         self.loss_sum += loss
+        self.z_loss_sum += z_loss
         self.steps += 1
         self.tokens += tokens
         self.flops += flops
@@ -64,8 +74,9 @@ class LogWindow:
         clipped = torch.nn.utils.get_total_norm([p.grad for p in run.model.parameters() if p.grad is not None])
         bad = distributed.all_reduce(self.first_bad_step.clone(), "max")
         signal = distributed.all_reduce(torch.tensor(signum, device=run.device), "max")
-        loss = distributed.all_reduce(self.loss_sum.clone()) / run.world
-        bad, loss, norm, norm_clipped, signum = torch.stack([bad.float(), loss, grad_norm, clipped, signal.float()]).tolist()
+        loss, z_loss = distributed.all_reduce(torch.stack([self.loss_sum, self.z_loss_sum])) / run.world
+        row = [bad.float(), loss, z_loss, grad_norm, clipped, signal.float()]
+        bad, loss, z_loss, norm, norm_clipped, signum = torch.stack(row).tolist()
         if self.first_bad_site is None:
             self.first_bad_site = first_nonfinite(stats)
             if self.first_bad_site:
@@ -80,8 +91,9 @@ class LogWindow:
         run.counters["wall_s"] += elapsed
         run.counters["tgt_tokens"] += self.tokens
         mfu = {"perf/mfu": self.flops / elapsed / (run.peak_flops * run.world)} if run.peak_flops else {}
+        losses = {"train/loss": loss / self.steps, **({"train/z_loss": z_loss / self.steps} if self.z_loss else {})}
         return {
-            "train/loss": loss / self.steps, "optim/lr": lr, "optim/grad_norm": norm, "optim/grad_norm_clipped": norm_clipped,
+            **losses, "optim/lr": lr, "optim/grad_norm": norm, "optim/grad_norm_clipped": norm_clipped,
             "perf/tokens_per_s": self.tokens / elapsed, "perf/step_ms": 1000 * elapsed / self.steps, **mfu,
             "mem/peak_gib": peak_memory_gib(run.device), **stats,
         }, int(signum)  # fmt: skip
