@@ -3,7 +3,8 @@
 Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a block index:
 
 - ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
-  ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest);
+  ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest, kurtosis at every site; token_cos at ``out`` only and
+  saturation at norm sites only: ``ACT_STAT_SITES``, :func:`act_stats`);
 - ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/{entropy|max_logit}``;
 - ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``, ``{m}`` a block matrix (``WEIGHT_SITES``: ``self_attn.q``,
   ``cross_attn.out``, ``ffn.in``, ... = :func:`matrix_site` of a residual and a ``linear_roles()`` role);
@@ -28,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 STACKS = ("enc", "dec")  # in depth order
-STATS = ("rms", "mean", "maxabs", "crest")  # per activation site, each computed by derive_stats
+STATS = ("rms", "mean", "maxabs", "crest", "kurtosis", "token_cos", "saturation")  # per act site, by derive_stats
 SITE_GROUPS = ("embed", "in", "branch", "norm", "out", "final_norm")  # the ``telemetry.sites`` config values
 RESIDUALS = ("self_attn", "cross_attn", "ffn")  # residual sublayers, in forward order
 ATTENTIONS = ("self_attn", "cross_attn")
@@ -42,6 +43,8 @@ BLOCK_SITES = (
     *(f"{r}.{slot}" for r in RESIDUALS for slot in NORM_SLOTS),
     *(f"{a}.{site}" for a in ATTENTIONS for site in ATTENTION_NORM_SITES),
 )
+# act stats that exist at some sites only: token_cos at block outputs, saturation at a norm (recorded where it is DyT or DyISRU).
+ACT_STAT_SITES = {"token_cos": ("out",), "saturation": (*(s for s in BLOCK_SITES if "norm" in s), "final_norm")}
 # weight/: the matrices of a block, by residual and ``linear_roles()`` role (model/attention.py, model/layers.py).
 MATRIX_ROLES = ("attn.q", "attn.k", "attn.v", "attn.out", "ffn.in", "ffn.out")
 _MATRIX_SITES = {
@@ -113,6 +116,7 @@ class Metric:
             raise ValueError(f"metric layer must be an integer >= 0 or None, got {self.layer!r}")
         if self.family == "act":
             _check("site", self.site, STACK_SITES if self.layer is None else BLOCK_SITES)
+            _check(f"site of {self.stat}", self.site, ACT_STAT_SITES.get(self.stat, (self.site,)))
             return
         if self.layer is None:
             raise ValueError(f"a {self.family} metric needs a layer, got None")
@@ -154,11 +158,31 @@ def parse(name: str) -> Metric | None:
 
 
 def derive_stats(raw: dict[str, float]) -> dict[str, float]:
-    """Every stat of ``STATS`` from the raw sums ``model/telemetry.py`` takes of one site's real
-    elements on the device (``sumsq`` = sum x^2, ``sum`` = sum x, ``maxabs`` = max |x|, ``n`` = their
-    count). Definitions and Gaussian baselines: docs/telemetry.md."""
+    """The stats of ``STATS`` that the raw sums ``model/telemetry.py`` takes of one site's real
+    elements on the device allow (definitions, sources and Gaussian baselines: docs/telemetry.md):
+
+    - ``sumsq`` = sum x^2, ``sum`` = sum x, ``maxabs`` = max |x|, ``n`` = their count: rms, mean,
+      maxabs, crest, always;
+    - ``chan_m2``, ``chan_m4`` = the means over channels j of s_j^2 and s_j^4, s_j^2 = mean over real
+      positions of x_j^2: kurtosis = chan_m4 / chan_m2^2 (He et al. 2024, arXiv 2405.19279, eq. 1; 0 when x = 0);
+    - ``cos_sum`` = the sum over sequences of their mean pairwise token cosine, ``cos_seqs`` = the number
+      of sequences with 2 or more real tokens: token_cos = cos_sum / cos_seqs (left out when cos_seqs = 0);
+    - ``saturated`` = the count of elements within 1 % of a bounded norm's bound: saturation = saturated / n.
+    """
     rms = math.sqrt(raw["sumsq"] / raw["n"])
-    return {"rms": rms, "mean": raw["sum"] / raw["n"], "maxabs": raw["maxabs"], "crest": raw["maxabs"] / rms if rms else 0.0}
+    out = {"rms": rms, "mean": raw["sum"] / raw["n"], "maxabs": raw["maxabs"], "crest": raw["maxabs"] / rms if rms else 0.0}
+    if "chan_m4" in raw:
+        out["kurtosis"] = raw["chan_m4"] / raw["chan_m2"] ** 2 if raw["chan_m2"] else 0.0
+    if raw.get("cos_seqs"):
+        out["token_cos"] = raw["cos_sum"] / raw["cos_seqs"]
+    if "saturated" in raw:
+        out["saturation"] = raw["saturated"] / raw["n"]
+    return out
+
+
+def act_stats(site: str) -> tuple[str, ...]:
+    """The stats of ``STATS`` an ``act`` metric may have at ``site`` (``ACT_STAT_SITES``)."""
+    return tuple(stat for stat in STATS if site in ACT_STAT_SITES.get(stat, (site,)))
 
 
 def act(stack: str, layer: int | None, site: str, stat: str) -> Metric:

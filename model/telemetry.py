@@ -24,7 +24,11 @@ stack's positions; keys and values: the source's in cross-attention, this stack'
 ``rms`` = sqrt(sum x^2 / n) (so high-norm tokens dominate it); ``mean`` = sum x / n; ``maxabs`` =
 max |x|; ``crest`` = maxabs / rms (the crest factor: for i.i.d. Gaussian x about the expected
 max of n |N(0, 1)|, 3.97 at n = 64 x 128 and 5.08 at 3000 x 512, growing with n; far above that
-when a few "massive activations" stand out, Sun et al. 2024). Exact definitions and Gaussian
+when a few "massive activations" stand out, Sun et al. 2024); ``kurtosis`` = mean_j s_j^4 /
+(mean_j s_j^2)^2 of the per-channel RMS s_j over real positions (He et al. 2024, arXiv 2405.19279,
+eq. 1); at ``out`` only, ``token_cos`` = the mean over sequences of the mean cosine between two
+different real tokens (rank collapse: 1); at a DyT or DyISRU norm only, ``saturation`` = the share of
+its input's real elements beyond ``SATURATION`` of the bound. Exact definitions and Gaussian
 baselines of every statistic: docs/telemetry.md.
 
 Also: ``grad/{s}.{i}/norm`` (L2 norm of block i's parameter gradients, before clipping),
@@ -60,6 +64,7 @@ from torch import nn
 
 from model.attention import MultiHeadAttention
 from model.metric_names import (
+    ACT_STAT_SITES,
     ATTENTION_NORM_SITES,
     ATTENTIONS,
     NORM_SLOTS,
@@ -78,6 +83,7 @@ from model.metric_names import (
     update_ratio,
     weight_spectrum,
 )
+from model.norms import DyISRU, DyT
 from model.residual import Gate
 from model.transformer import EncoderDecoder
 
@@ -86,6 +92,9 @@ __all__ = ["STATS", "SITE_GROUPS", "Telemetry", "TelemetryConfig", "first_nonfin
 POWER_ITERS = 3  # power iterations per record step and matrix, from the vector the last record left
 POWER_ITERS_FIRST = 15  # on a matrix's first record, from a random vector: torch's spectral_norm does 15 at init
 POWER_SEED = 0  # seeds each matrix's first vector on a generator of its own, never the global one
+SATURATION = 0.99  # act/.../saturation: the share of elements whose bounded norm output is beyond this fraction of its bound
+# Per-channel sums over positions, by a tap's ``features``: (B, L) weights times x^2 of (B, L, D) or (B, H, L, K).
+_CHANNEL_SUMS = {(-1,): "bl,bld->d", (1, 3): "bl,bhlk->hk"}
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,8 @@ class TelemetryConfig:
     Attributes:
         every: steps between records; 0 turns telemetry off.
         sites: activation site groups, a subset of ``SITE_GROUPS``.
-        stats: statistics per site, a subset of ``STATS``.
+        stats: statistics per site, a subset of ``STATS``; ``token_cos`` and ``saturation`` are taken
+            only at the sites that define them (``ACT_STAT_SITES``; saturation where the norm is DyT or DyISRU).
         grads: record ``grad/{s}.{i}/norm``.
         updates: record ``update/{s}.{i}/ratio`` (copies the weights before the step).
         weights: record ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}`` of every block matrix.
@@ -227,8 +237,14 @@ class Telemetry:
 
             def hook(mod: nn.Module, args: tuple, out: torch.Tensor | None = None, tap: _Tap = tap) -> None:
                 x = args[0] if out is None else out
-                key = (tap.stack, tap.layer, tap.site)
-                self._activation_stats(key, x.detach(), keep[tap.positions], count[tap.positions], tap.features)
+                key, k = (tap.stack, tap.layer, tap.site), keep[tap.positions]
+                # In float32 inside the training pass's autocast too, where einsum would sum in bf16.
+                with torch.autocast(x.device.type, enabled=False):
+                    self._activation_stats(key, x.detach(), k, count[tap.positions], tap.features)
+                    if "token_cos" in self.cfg.stats and tap.site in ACT_STAT_SITES["token_cos"]:
+                        self._acts[key] |= _token_cos_sums(x.detach(), k)
+                    if "saturation" in self.cfg.stats and isinstance(mod, DyT | DyISRU):
+                        self._acts[key]["saturated"] = _saturated(mod, args[0].detach(), k, tap.features)
 
             register = tap.module.register_forward_pre_hook if tap.on_input else tap.module.register_forward_hook
             handles.append(register(hook))
@@ -289,12 +305,18 @@ class Telemetry:
         # Row-wise passes over x, then masking on the small (B, L) results (masking x itself would
         # cost a full extra copy).
         xf = x.float()
-        self._acts[key] = {
-            "sumsq": (torch.linalg.vector_norm(xf, dim=features).square() * keep).sum(),
+        raw = {
             "sum": (xf.sum(features) * keep).sum(),
             "maxabs": (xf.abs().amax(features) * keep).amax(),
             "n": count * math.prod(x.shape[d] for d in features),
         }
+        if "kurtosis" in self.cfg.stats:  # per-channel sums of x^2 over real positions (count * s_j^2); sumsq from them
+            channels = torch.einsum(_CHANNEL_SUMS[features], keep, xf.square()).flatten()
+            s2 = channels / count
+            raw |= {"sumsq": channels.sum(), "chan_m2": s2.mean(), "chan_m4": s2.square().mean()}
+        else:
+            raw["sumsq"] = (torch.linalg.vector_norm(xf, dim=features).square() * keep).sum()
+        self._acts[key] = raw
 
     def _score_hooks(self, stack: str, i: int, r: str, attn: MultiHeadAttention, keep_queries: torch.Tensor) -> list:
         """Hooks on the attention's q/k taps (to see its projections without recomputing them)
@@ -447,7 +469,7 @@ class Telemetry:
         out: dict[str, float] = {}
         for site, sums in self._acts.items():
             derived = derive_stats({raw: host[site, raw] for raw in sums})
-            out.update({act(*site, stat).name: derived[stat] for stat in self.cfg.stats})
+            out.update({act(*site, stat).name: derived[stat] for stat in self.cfg.stats if stat in derived})
         out.update({name: host[name] for name in self._stats})
         self._acts.clear()
         self._stats.clear()
@@ -491,6 +513,47 @@ def _mean_entropy(z: torch.Tensor, keep_queries: torch.Tensor) -> torch.Tensor:
     ent = (Z.log() - (e * z).sum(-1) / Z).mean(1)  # (B, T), mean over heads
     w = keep_queries.float()
     return (ent * w).sum() / w.sum()
+
+
+@torch.no_grad()
+def _token_cos_sums(x: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Raw sums of ``token_cos`` (mean pairwise cosine between a sequence's tokens, rank collapse at 1;
+    Dong et al. 2021, arXiv 2103.03404; Noci et al. 2022, arXiv 2206.03126) without the L x L matrix:
+    with u_t = x_t / ||x_t|| over the real tokens of a sequence, sum_{i != j} u_i . u_j =
+    ||sum_t u_t||^2 - sum_t ||u_t||^2 (a zero token has u = 0: cosine 0 with every other).
+
+    Args:
+        x: (B, L, D); keep: (B, L) float, 1 at real positions.
+
+    Returns:
+        ``cos_sum``: the sum over sequences with n >= 2 real tokens of the mean over their n (n - 1)
+        ordered pairs i != j; ``cos_seqs``: the number of such sequences.
+    """
+    xf = x.float()
+    norms = torch.linalg.vector_norm(xf, dim=-1)  # (B, L)
+    w = keep / norms.clamp_min(1e-12)  # F.normalize's eps; weighting x avoids a normalized copy of it
+    total = torch.einsum("bl,bld->bd", w, xf)  # (B, D): each sequence's sum of unit vectors u_t
+    self_dots = (norms * w).square().sum(1)  # (B,): sum of ||u_t||^2 over real tokens
+    n = keep.sum(1)
+    pairs = n * (n - 1)
+    mean_cos = (total.square().sum(-1) - self_dots) / pairs.clamp_min(1)
+    return {"cos_sum": (mean_cos * (pairs > 0)).sum(), "cos_seqs": (pairs > 0).sum().float()}
+
+
+@torch.no_grad()
+def _saturated(norm: DyT | DyISRU, x: torch.Tensor, keep: torch.Tensor, features: tuple[int, ...]) -> torch.Tensor:
+    """The count of real elements of the norm's input ``x`` at which its bounded function, before weight
+    and bias, is beyond ``SATURATION`` of its bound 1: |tanh(alpha x)| (DyT, Zhu et al. 2025, arXiv
+    2503.10622, eq. 1) or |x| / sqrt(beta + x^2) (DyISRU, Stollenwerk 2025, arXiv 2503.21708), in float32.
+    ``x``: (B, L, D) or (B, H, L, K) with ``features`` (1, 3); ``keep``: (B, L) float, 1 at real positions."""
+    # Thresholds on |x|, equivalent to the bounds and cheaper than the functions: |tanh(alpha x)| > c iff
+    # |x| > atanh(c) / |alpha|; |x| / sqrt(beta + x^2) > c iff |x| > c sqrt(beta / (1 - c^2)) (beta > 0).
+    if isinstance(norm, DyT):
+        beyond = math.atanh(SATURATION) / norm.alpha.detach().float().abs()
+    else:
+        beyond = SATURATION * torch.sqrt(norm.beta.detach().float() / (1 - SATURATION**2))
+    # gt_ writes 0/1 into abs()'s own new tensor: a third of the time of a bool mask and its sum.
+    return (x.float().abs().gt_(beyond).sum(features) * keep).sum()
 
 
 def first_nonfinite(stats: dict[str, float]) -> str | None:

@@ -20,6 +20,7 @@ from model.metric_names import (
     WEIGHT_STATS,
     Metric,
     act,
+    act_stats,
     attn_entropy,
     attn_max_logit,
     blocks,
@@ -39,9 +40,9 @@ def every_metric() -> list[Metric]:
     """Every valid metric of a model with blocks 0 and 11 in each stack."""
     metrics = [output_logits(stat) for stat in FAMILY_STATS["out"]]
     for stack in STACKS:
-        metrics += [act(stack, None, site, stat) for site in STACK_SITES for stat in STATS]
+        metrics += [act(stack, None, site, stat) for site in STACK_SITES for stat in act_stats(site)]
         for layer in (0, 11):
-            metrics += [act(stack, layer, site, stat) for site in BLOCK_SITES for stat in STATS]
+            metrics += [act(stack, layer, site, stat) for site in BLOCK_SITES for stat in act_stats(site)]
             metrics += [grad_norm(stack, layer), update_ratio(stack, layer)]
             metrics += [attn_entropy(stack, layer, a) for a in ATTENTIONS]
             metrics += [weight_spectrum(stack, layer, m, stat) for m in WEIGHT_SITES for stat in WEIGHT_STATS]
@@ -111,6 +112,9 @@ def test_every_name_of_every_family_parses_back_to_its_metric():
         "out/entropy",  # not a stat of out
         "out/",
         "train/z_loss",
+        "act/enc.0.in/token_cos",  # token_cos: block outputs only
+        "act/enc.embed/saturation",  # saturation: norm sites only
+        "act/dec.1.ffn/saturation",
     ],
 )
 def test_a_bad_name_parses_to_none(name):
@@ -118,8 +122,10 @@ def test_a_bad_name_parses_to_none(name):
 
 
 def test_a_bad_metric_is_a_one_line_error_naming_the_field():
-    with pytest.raises(ValueError, match="unknown metric stat 'kurt'; valid: rms, mean, maxabs, crest"):
+    with pytest.raises(ValueError, match="unknown metric stat 'kurt'; valid: rms, mean, maxabs, crest, kurtosis, token_cos, "):
         act("enc", 0, "out", "kurt")
+    with pytest.raises(ValueError, match="unknown metric site of token_cos 'in'; valid: out$"):
+        act("enc", 0, "in", "token_cos")
     with pytest.raises(ValueError, match="unknown metric stack 'mid'; valid: enc, dec"):
         grad_norm("mid", 0)
     with pytest.raises(ValueError, match="unknown metric site 'out'; valid: embed, final_norm"):
@@ -140,10 +146,18 @@ def test_a_bad_metric_is_a_one_line_error_naming_the_field():
 
 def test_every_stat_is_derived_from_the_raw_sums():
     # x = (1, 3, -2, 2): sum x^2 = 18, sum x = 4, max |x| = 3, n = 4 -> rms = sqrt(18 / 4), mean = 1
-    derived = derive_stats({"sumsq": 18.0, "sum": 4.0, "maxabs": 3.0, "n": 4.0})
-    assert list(derived) == list(STATS)
+    pooled = {"sumsq": 18.0, "sum": 4.0, "maxabs": 3.0, "n": 4.0}
+    derived = derive_stats(pooled)
     assert derived == pytest.approx({"rms": 4.5**0.5, "mean": 1.0, "maxabs": 3.0, "crest": 3.0 / 4.5**0.5})
     assert derive_stats({"sumsq": 0.0, "sum": 0.0, "maxabs": 0.0, "n": 4.0})["crest"] == 0.0
+    # as 2 tokens x 2 channels, (1, 3) and (-2, 2): s^2 = (5/2, 13/2), mean s^2 = 9/2, mean s^4 = 97/4;
+    # 2 sequences' mean pairwise cosines 0.5 and 0.25; 1 of the 4 elements saturated.
+    extra = {"chan_m2": 4.5, "chan_m4": 24.25, "cos_sum": 0.75, "cos_seqs": 2.0, "saturated": 1.0}
+    derived = derive_stats(pooled | extra)
+    assert list(derived) == list(STATS)
+    assert derived["kurtosis"] == pytest.approx(24.25 / 4.5**2)
+    assert derived["token_cos"] == pytest.approx(0.375) and derived["saturation"] == 0.25
+    assert "token_cos" not in derive_stats(pooled | extra | {"cos_sum": 0.0, "cos_seqs": 0.0})  # no sequence of 2 tokens
 
 
 def test_depth_order_is_encoder_blocks_then_decoder_blocks():

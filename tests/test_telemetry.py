@@ -12,13 +12,14 @@ import torch.nn.functional as F
 
 from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.metric_names import ATTENTION_NORM_SITES, FAMILY_STATS, SITE_GROUPS, WEIGHT_SITES, depth_profile, parse
+from model.metric_names import ACT_STAT_SITES, ATTENTION_NORM_SITES, FAMILY_STATS, SITE_GROUPS, WEIGHT_SITES, depth_profile, parse
 from model.telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
 from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
 from training.step import StepOptions, train_step
 
 FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True, attn_max_logit=True, logits=True)
+EVERY_SITE_STATS = tuple(s for s in STATS if s not in ACT_STAT_SITES)  # the stats every act site has
 
 
 def make(placement="pre", kind="layernorm", n=2, d=32, seed=0, dropout=0.0, **attention_norms) -> EncoderDecoder:
@@ -73,7 +74,7 @@ def test_hook_statistics_equal_hand_computation():
 
 def test_every_site_is_named_and_norm_outputs_are_normalized():
     stats = record(make("sandwich"), *batch())
-    for stat in STATS:
+    for stat in EVERY_SITE_STATS:
         for site in ("enc.embed", "enc.0.in", "enc.0.self_attn", "enc.0.self_attn.norm_in", "enc.0.self_attn.norm_branch",
                      "enc.0.ffn", "enc.1.out", "enc.final_norm", "dec.embed", "dec.1.cross_attn", "dec.1.cross_attn.norm_branch",
                      "dec.final_norm"):  # fmt: skip
@@ -84,10 +85,12 @@ def test_every_site_is_named_and_norm_outputs_are_normalized():
     assert "attn/dec.1.cross_attn/entropy" in stats and "grad/enc.0/norm" in stats
 
 
-def test_padding_changes_no_statistic():
-    model = make().eval()
+@pytest.mark.parametrize("kind", ["layernorm", "dyt"])  # DyT: saturation too
+def test_padding_changes_no_statistic(kind):
+    model = make(kind=kind).eval()
     src, tgt_in, tgt_out = batch()
     base = record(model, src, tgt_in, tgt_out)
+    assert {"kurtosis", "token_cos", "saturation" if kind == "dyt" else "rms"} <= {parse(k).stat for k in base}
     model.zero_grad()
     pad = lambda t: torch.cat([t, torch.zeros(t.shape[0], 4, dtype=t.dtype)], dim=1)  # noqa: E731
     padded = record(model, pad(src), pad(tgt_in), pad(tgt_out))
@@ -195,7 +198,9 @@ def test_unknown_site_or_stat_lists_the_valid_ones():
         ValueError, match="unknown telemetry.sites \\['outt'\\]; valid sites: embed, in, branch, norm, out, final_norm"
     ):
         TelemetryConfig(sites=("outt",))
-    with pytest.raises(ValueError, match="unknown telemetry.stats \\['kurt'\\]; valid stats: rms, mean, maxabs, crest"):
+    with pytest.raises(
+        ValueError, match="unknown telemetry.stats \\['kurt'\\]; valid stats: rms, mean, maxabs, crest, kurtosis, token_cos, sat"
+    ):
         TelemetryConfig(stats=("kurt",))
 
 
@@ -312,7 +317,7 @@ def test_attention_norm_sites_are_named_parse_back_and_ignore_padding():
     stats = record(model, src, tgt_in, tgt_out)
     attentions = [("enc", i, "self_attn") for i in range(2)]
     attentions += [("dec", i, a) for i in range(2) for a in ("self_attn", "cross_attn")]
-    sites = {f"act/{s}.{i}.{a}.{h}/{stat}" for s, i, a in attentions for h in ATTENTION_NORM_SITES for stat in STATS}
+    sites = {f"act/{s}.{i}.{a}.{h}/{stat}" for s, i, a in attentions for h in ATTENTION_NORM_SITES for stat in EVERY_SITE_STATS}
     assert sites <= stats.keys()
     assert all(parse(k) is not None and parse(k).name == k for k in stats)
     # More padding on the source than on the target changes none of them.

@@ -3,6 +3,7 @@ measured through the real hooks (Telemetry.watch, record_grad_norms, watch_updat
 
 import math
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -43,19 +44,26 @@ def max_abs_moments(n: int, h: float = 1e-3, upper: float = 10.0) -> tuple[float
     return e1, math.sqrt(e2 - e1 * e1)
 
 
-def make(d: int, heads: int = 1, d_ff: int = 8, seed: int = 0, max_len: int = 64) -> EncoderDecoder:
+def make(d: int, heads: int = 1, d_ff: int = 8, seed: int = 0, max_len: int = 64, kind: str = "layernorm") -> EncoderDecoder:
     torch.manual_seed(seed)
     cfg = ModelConfig(src_vocab=30, tgt_vocab=30, d_model=d, n_heads=heads, d_ff=d_ff, n_enc_layers=1, n_dec_layers=1,
-                      max_len=max_len, dropout=0.0, norm=NormConfig(kind="layernorm", placement="pre"))  # fmt: skip
+                      max_len=max_len, dropout=0.0, norm=NormConfig(kind=kind, placement="pre"))  # fmt: skip
     return EncoderDecoder(cfg).eval()
 
 
-def site_stats(model: EncoderDecoder, x: torch.Tensor, pad: torch.Tensor) -> dict[str, float]:
-    """The four stats of ``x`` (B, L, D) at ``act/enc.0.in`` (block 0's input), ``pad`` (B, L) True at padding."""
-    tele = Telemetry(model, TelemetryConfig(every=1, sites=("in",), grads=False))
+def site_stats(model: EncoderDecoder, x: torch.Tensor, pad: torch.Tensor, site: str = "in") -> dict[str, float]:
+    """The stats of ``x`` (B, L, D) at ``act/enc.0.{site}``, ``pad`` (B, L) True at padding: ``in`` (block 0's
+    input), ``out`` (x replaces block 0's output) or ``self_attn.norm_in`` (pre-LN: the norm reads x)."""
+    block = model.encoder[0]
+    replace = [block.register_forward_hook(lambda m, a, o: x)] if site == "out" else []  # before telemetry's hook
+    group = "norm" if "norm" in site else site
+    tele = Telemetry(model, TelemetryConfig(every=1, sites=(group,), grads=False, weights=False, scales=False))
     with tele.watch(pad, pad), torch.no_grad():
-        model.encoder[0](x, pad)
-    return {k.rsplit("/", 1)[1]: v for k, v in tele.collect().items()}
+        block(x, pad)
+    for h in replace:
+        h.remove()
+    prefix = f"act/enc.0.{site}/"
+    return {k.removeprefix(prefix): v for k, v in tele.collect().items() if k.startswith(prefix)}
 
 
 def gaussian_batch(tokens: int, d: int, sigma: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,9 +120,96 @@ def test_activation_stats_of_gaussian_input_match_the_docs(tokens, d, draws):
     assert (maxabs / sigma).mean().item() == pytest.approx(expected, abs=3 * sd / math.sqrt(draws))
     assert crest.mean().item() == pytest.approx(expected, abs=3 * sd / math.sqrt(draws) + 0.01)
     assert torch.allclose(crest, maxabs / rms, rtol=1e-6)
+    # kurtosis: the documented Dirichlet mean D (N + 2) / (D N + 2), within 3 standard errors.
+    kurtosis = torch.tensor([s["kurtosis"] for s in stats]).double()
+    k_mean, k_sd = doc_kurtosis()[(tokens, d)]
+    assert kurtosis.mean().item() == pytest.approx(k_mean, abs=3 * k_sd / math.sqrt(draws))
     if draws >= 20:  # enough draws to check the spreads: sd of mean = sigma/sqrt(n), sd of maxabs as documented
         assert (mean * math.sqrt(n) / sigma).pow(2).mean().sqrt().item() == pytest.approx(1.0, abs=0.4)
         assert (maxabs / sigma).std().item() == pytest.approx(sd, rel=0.4)
+        assert kurtosis.std().item() == pytest.approx(k_sd, rel=0.4)
+
+
+def kurtosis_moments(N: int, D: int) -> tuple[float, float]:
+    """Mean and sd of kurtosis = D sum_j p_j^2 for Gaussian x: p = the shares s_j^2 / sum s^2 are
+    Dirichlet(a, ..., a), a = N/2, A = D a, with E[p_j^2] = a(a+1) / (A(A+1)), E[p_j^4] =
+    a(a+1)(a+2)(a+3) / (A(A+1)(A+2)(A+3)) and E[p_i^2 p_j^2] = a^2 (a+1)^2 / (A(A+1)(A+2)(A+3)), i != j."""
+    a = Fraction(N, 2)
+    A = D * a
+    rising = A * (A + 1) * (A + 2) * (A + 3)
+    mean = D * D * a * (a + 1) / (A * (A + 1))
+    second = D * D * (D * a * (a + 1) * (a + 2) * (a + 3) + D * (D - 1) * a * a * (a + 1) ** 2) / rising
+    return float(mean), math.sqrt(float(second - mean * mean))
+
+
+def doc_kurtosis() -> dict[tuple[int, int], tuple[float, float]]:
+    """The docs' kurtosis table: (N, D) -> (E[kurtosis], sd)."""
+    return {(int(r[0]), int(r[1])): (float(r[2]), float(r[3])) for r in doc_table("real tokens N")}
+
+
+def test_docs_kurtosis_table_is_the_exact_dirichlet_mean_and_sd():
+    table = doc_kurtosis()
+    assert len(table) >= 4
+    for (N, D), (mean, sd) in table.items():
+        exact_mean, exact_sd = kurtosis_moments(N, D)
+        assert exact_mean == pytest.approx(D * (N + 2) / (D * N + 2), rel=1e-12)  # the closed form the docs give
+        assert mean == pytest.approx(exact_mean, abs=5e-6)
+        assert sd == pytest.approx(exact_sd, rel=5e-3)
+        assert sd == pytest.approx(2 / N * math.sqrt(2 / D), rel=0.1)  # docs: "about (2/N) sqrt(2/D)"
+
+
+def test_kurtosis_of_one_outlier_channel_among_gaussian_ones_stands_out():
+    # 63 channels of N(0, 1) and one at 8x their RMS: kurtosis ~ D (8^4 + 63) / (8^2 + 63)^2 = 16.5, far above 1 + 2/N.
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 32, 64, generator=gen)
+    x[..., 5] *= 8
+    kurtosis = site_stats(make(64), x, torch.zeros(4, 32, dtype=torch.bool))["kurtosis"]
+    assert kurtosis == pytest.approx(64 * (8**4 + 63) / (8**2 + 63) ** 2, rel=0.15)
+
+
+def test_gaussian_token_cos_is_0_with_the_documented_spread():
+    # docs: c_b of n i.i.d. Gaussian tokens has mean 0 and sd sqrt(2 / (n (n - 1) D)); over B sequences / sqrt(B).
+    n, d, rows, draws = 16, 64, 8, 200
+    assert math.sqrt(2 / (n * (n - 1) * d)) == pytest.approx(0.0114, abs=5e-5)  # the docs' example
+    assert math.sqrt(2 / (n * (n - 1) * d * rows)) == pytest.approx(0.0040, abs=5e-5)
+    model, gen = make(d), torch.Generator().manual_seed(0)
+    values = []
+    for _ in range(draws):
+        x = 0.7 * torch.randn(rows, n + 3, d, generator=gen)
+        pad = torch.arange(n + 3)[None, :] >= torch.tensor([n] * (rows - 1) + [1])[:, None]  # last row: 1 token, no pair
+        x[pad] = 1e4
+        values.append(site_stats(model, x, pad, "out")["token_cos"])
+    v = torch.tensor(values).double()
+    sd = math.sqrt(2 / (n * (n - 1) * d * (rows - 1)))
+    assert v.mean().item() == pytest.approx(0.0, abs=3 * sd / math.sqrt(draws))
+    assert v.std().item() == pytest.approx(sd, rel=0.15)
+
+
+def saturation_rows() -> list[tuple[str, float, float, float]]:
+    """The docs' saturation table: (norm, the setting's value alpha sigma or beta / sigma^2, t, saturation)."""
+    rows = []
+    for norm, setting, t, share in doc_table("norm"):
+        rows.append((norm, float(setting.split("= ")[1].split()[0]), float(t), float(share)))
+    return rows
+
+
+def test_gaussian_saturation_matches_the_docs():
+    rows = saturation_rows()
+    assert {r[0] for r in rows} == {"DyT", "DyISRU"}
+    gen = torch.Generator().manual_seed(0)
+    sigma, tokens, d = 0.5, 2048, 64
+    for norm, setting, t, share in rows:
+        exact_t = math.atanh(0.99) / setting if norm == "DyT" else 0.99 * math.sqrt(setting / (1 - 0.99**2))
+        assert t == pytest.approx(exact_t, abs=5e-3)
+        assert share == pytest.approx(math.erfc(exact_t / math.sqrt(2)), rel=5e-3, abs=1e-300)
+        model = make(d, kind=norm.lower())
+        with torch.no_grad():  # alpha sigma = setting, or beta / sigma^2 = setting
+            norm_in = model.encoder[0].self_attn.norm_in
+            (norm_in.alpha if norm == "DyT" else norm_in.beta).fill_(setting / sigma if norm == "DyT" else setting * sigma**2)
+        x, pad = gaussian_batch(tokens, d, sigma, gen)
+        got = site_stats(model, x, pad, "self_attn.norm_in")["saturation"]
+        se = math.sqrt(share * (1 - share) / (tokens * d))  # binomial
+        assert got == pytest.approx(share, abs=4 * se + 1e-6), (norm, setting)
 
 
 def test_rms_is_pooled_so_one_high_norm_token_dominates():

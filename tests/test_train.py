@@ -75,8 +75,8 @@ def test_plot_scales_without_telemetry_says_so(tmp_path):
 
 
 def test_telemetry_typo_fails_at_start_up(tmp_path):
-    with pytest.raises(ValueError, match="unknown telemetry.stats \\['kurtosis'\\]; valid stats: rms, mean, maxabs, crest"):
-        train_module.train(make_cfg("telemetry.stats=[rms,kurtosis]"), tmp_path)
+    with pytest.raises(ValueError, match="unknown telemetry.stats \\['kurt'\\]; valid stats: rms, mean, maxabs, crest, kurtosis"):
+        train_module.train(make_cfg("telemetry.stats=[rms,kurt]"), tmp_path)
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path):
