@@ -1,12 +1,13 @@
 """Grouping runs into variants: runs whose configs differ only in the seed (and in keys that never
-change what is trained: ``train.resume``, ``logger.*``, ``hydra.*``) form a variant.
+change what is trained: ``train.resume``, ``logger.*``, ``hydra.*``, ``telemetry.*``, telemetry being
+bit-identical on or off) form a variant.
 """
 
 from dataclasses import dataclass
 
 from analysis.runs import Run
 
-IGNORED_KEYS = ("seed", "train.resume", "logger.", "hydra.")  # exact keys, or prefixes ending in "."
+IGNORED_KEYS = ("seed", "train.resume", "logger.", "hydra.", "telemetry.")  # exact keys, or prefixes ending in "."
 NORM_KEYS = ("norm.placement", "norm.kind", "norm.impl")  # listed first in variant labels (and the wandb workspace's groups)
 
 

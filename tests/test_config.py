@@ -218,6 +218,9 @@ def test_a_config_saved_with_the_old_names_reads_with_the_new_ones():
     assert old["trainer"]["eval_max_words"] == 7  # not modified
     assert with_current_names({"trainer": {"eval_max_words": 3}}) == {"trainer": {"eval_max_examples": 3}}
     assert with_current_names({"seed": 1}) == {"seed": 1}
+    old_run = {"norm": {"kind": "layernorm"}, "optim": {"lr": 1e-3}}  # saved before norm.mix_ln_alpha, optim.z_loss
+    filled = {"norm": {"kind": "layernorm", "mix_ln_alpha": 0.25}, "optim": {"lr": 1e-3, "z_loss": 0.0}}
+    assert with_current_names(old_run) == filled
 
 
 def test_a_checkpoint_with_the_old_key_names_resumes_reporting_only_real_changes(tmp_path, capsys):

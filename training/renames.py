@@ -1,10 +1,12 @@
-"""Config keys that were renamed: the one-line error naming the new key, and old configs read with today's names.
+"""Config keys that were renamed or added: the one-line error naming a renamed key's new name, and old
+configs read with today's names and with each added key at the value that reproduces what they ran.
 
 One name per setting: an old name is not an alias. A run that sets one (on the command line, in a
 preset file) stops with ``trainer.eval_max_words was renamed to trainer.eval_max_examples``. Configs
 saved before a rename (a checkpoint's ``config``, a run dir's ``config.yaml``) are read with the new
-names (:func:`with_current_names`), so resuming an old run and reporting old runs next to new ones
-work unchanged. Plain data only (no torch, no Hydra): ``analysis/`` imports it.
+names, and a key added since is filled in with the value that behaves as the old code did
+(:func:`with_current_names`), so resuming an old run and reporting old runs next to new ones work
+unchanged. Plain data only (no torch, no Hydra): ``analysis/`` imports it.
 """
 
 import copy
@@ -13,6 +15,10 @@ from typing import Any
 RENAMED = {  # old dotted key -> new dotted key
     "trainer.eval_max_words": "trainer.eval_max_examples",
     "trainer.test_max_words": "trainer.test_max_examples",
+}
+ADDED = {  # dotted key added since the first release -> the value under which the old code ran
+    "norm.mix_ln_alpha": 0.25,  # used by placement mix_ln only, which old runs could not select
+    "optim.z_loss": 0.0,  # no z-loss
 }
 
 
@@ -33,8 +39,9 @@ def renamed_override(args: list[str]) -> str | None:
 
 def with_current_names(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` (a nested dict, e.g. a checkpoint's resolved config) with each renamed key moved to
-    its new name; a new key already present keeps its value (configs saved while both names existed
-    held the same value under each). The input is not modified."""
+    its new name (a new key already present keeps its value: configs saved while both names existed
+    held the same value under each) and each ``ADDED`` key that its section lacks set to its old
+    value. The input is not modified."""
     out = copy.deepcopy(config)
     for old, new in RENAMED.items():
         parent, leaf = _parent(out, old, create=False)
@@ -42,6 +49,10 @@ def with_current_names(config: dict[str, Any]) -> dict[str, Any]:
             value = parent.pop(leaf)
             new_parent, new_leaf = _parent(out, new, create=True)
             new_parent.setdefault(new_leaf, value)
+    for key, value in ADDED.items():
+        parent, leaf = _parent(out, key, create=False)
+        if parent is not None:  # a config without the section (a partial one) stays as it is
+            parent.setdefault(leaf, value)
     return out
 
 
