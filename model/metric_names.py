@@ -5,14 +5,16 @@ Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a 
 - ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
   ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest, kurtosis at every site; token_cos at ``out`` only and
   saturation at norm sites only: ``ACT_STAT_SITES``, :func:`act_stats`);
-- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/ratio``, ``attn/{s}.{i}.{self_attn|cross_attn}/{entropy|max_logit}``;
+- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/{ratio|adam_rms}``, ``attn/{s}.{i}.{self_attn|cross_attn}/{entropy|max_logit}``;
 - ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``, ``{m}`` a block matrix (``WEIGHT_SITES``: ``self_attn.q``,
   ``cross_attn.out``, ``ffn.in``, ... = :func:`matrix_site` of a residual and a ``linear_roles()`` role);
 - ``scale/{s}.{i}.{site}/{stat}``, a learned scale: a norm's parameters at ``{r}.{slot}`` or ``{a}.{h}``
   (``gain_mean``, ``gain_max``, DyT's ``alpha``, DyISRU's ``beta``), a residual gate ``{r}.gate``
   (ReZero's scalar: ``alpha``; LayerScale's per-channel: ``gain_mean``, ``gain_max``), an attention's
   l2 QK-norm ``temperature`` at ``{a}`` (``SCALE_SITE_STATS``);
-- ``out/{logz|max_logit}``: the output logits, a family of no stack (the name has no middle part).
+- ``out/{logz|max_logit}``: the output logits, and ``optim/below_eps``: the optimizer's state, families of no
+  stack (the name has no middle part; the trainer's own ``optim/lr``, ``optim/grad_norm``, ... are not telemetry
+  and do not parse).
 
 Block sites (``BLOCK_SITES``): ``in``, ``out``, a residual sublayer ``{r}`` (its branch output),
 a filled norm slot of it ``{r}.{slot}``, and an attention norm site ``{a}.{q_norm|k_norm|v_norm}``.
@@ -67,15 +69,16 @@ SCALE_STATS = (*_NORM_SCALES, "temperature")
 FAMILY_STATS = {
     "act": STATS,
     "grad": ("norm",),
-    "update": ("ratio",),
+    "update": ("ratio", "adam_rms"),
     "attn": ("entropy", "max_logit"),
     "weight": WEIGHT_STATS,
     "scale": SCALE_STATS,
     "out": ("logz", "max_logit"),
+    "optim": ("below_eps",),
 }
 _BLOCK_SITES_OF = {"attn": ATTENTIONS, "weight": WEIGHT_SITES, "scale": tuple(SCALE_SITE_STATS)}  # beside act; others: no site
 FAMILIES = tuple(FAMILY_STATS)
-STACKLESS = ("out",)  # families of the whole model: ``{family}/{stat}``, no stack, layer or site
+STACKLESS = ("out", "optim")  # families of the whole model: ``{family}/{stat}``, no stack, layer or site
 DEPTH_CHART = "act/rms_vs_depth"  # the wandb chart of RMS vs depth (not a statistic: parses to None)
 
 _NAME = re.compile(r"(?P<family>\w+)/(?:(?P<stack>[a-z]+)(?:\.(?P<layer>0|[1-9]\d*))?(?:\.(?P<site>[a-z_.]+))?/)?(?P<stat>\w+)")
@@ -87,11 +90,11 @@ class Metric:
 
     Attributes:
         family: one of ``FAMILIES``.
-        stack: ``enc`` or ``dec``; None for a ``STACKLESS`` family (``out``), and only there.
-        layer: the block index; None for the stack sites ``embed`` and ``final_norm`` and for ``out``.
+        stack: ``enc`` or ``dec``; None for a ``STACKLESS`` family (``out``, ``optim``), and only there.
+        layer: the block index; None for the stack sites ``embed`` and ``final_norm`` and for ``STACKLESS``.
         site: an act site (``STACK_SITES`` or ``BLOCK_SITES``), the attention of an ``attn``
             metric, a ``WEIGHT_SITES`` matrix, a ``SCALE_SITE_STATS`` site, or None (``grad``,
-            ``update``, ``out``).
+            ``update``, ``STACKLESS``).
         stat: one of ``FAMILY_STATS[family]``.
 
     Raises:
@@ -200,6 +203,11 @@ def update_ratio(stack: str, layer: int) -> Metric:
     return Metric("update", stack, layer, stat="ratio")
 
 
+def adam_rms(stack: str, layer: int) -> Metric:
+    """``update/{stack}.{layer}/adam_rms``."""
+    return Metric("update", stack, layer, stat="adam_rms")
+
+
 def attn_entropy(stack: str, layer: int, attention: str) -> Metric:
     """``attn/{stack}.{layer}.{attention}/entropy``."""
     return Metric("attn", stack, layer, attention, "entropy")
@@ -235,6 +243,11 @@ def attn_max_logit(stack: str, layer: int, attention: str) -> Metric:
 def output_logits(stat: str) -> Metric:
     """``out/{stat}``, ``stat`` in ``FAMILY_STATS["out"]`` (``logz``, ``max_logit``): the output logits."""
     return Metric("out", None, stat=stat)
+
+
+def adam_below_eps() -> Metric:
+    """``optim/below_eps``: the optimizer state's share of coordinates where eps dominates Adam's denominator."""
+    return Metric("optim", None, stat="below_eps")
 
 
 def depth(stack: str, layer: int, n_enc_layers: int) -> int:

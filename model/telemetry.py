@@ -37,7 +37,9 @@ Also: ``grad/{s}.{i}/norm`` (L2 norm of block i's parameter gradients, before cl
 non-padding queries) and ``.../max_logit`` (the largest pre-softmax logit q.k / sqrt(K) over heads,
 real queries and the keys they see), both from one recomputation of the scores from q and k, and
 ``out/logz``, ``out/max_logit`` (log-partition and largest value of the output logits, over real
-target tokens: :meth:`Telemetry.record_logits`).
+target tokens: :meth:`Telemetry.record_logits`), and from AdamW's state after the step
+(:meth:`Telemetry.record_adam`) ``update/{s}.{i}/adam_rms`` (StableAdamW's RMS of g / sqrt(v_hat)
+over block i) and ``optim/below_eps`` (the share of coordinates with sqrt(v_hat) < eps).
 Parameters, read as they are before the step's update (:meth:`Telemetry.record_parameters`):
 ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}`` (each block matrix's spectral norm by warm-started
 power iteration, and ||W||_F^2 / sigma_max^2) and ``scale/{s}.{i}.{site}/{stat}`` (norm gains, DyT's
@@ -73,6 +75,8 @@ from model.metric_names import (
     STACKS,
     STATS,
     act,
+    adam_below_eps,
+    adam_rms,
     attn_entropy,
     attn_max_logit,
     derive_stats,
@@ -113,6 +117,7 @@ class TelemetryConfig:
         attn_entropy: record ``attn/.../entropy`` (recomputes the attention scores from q and k).
         attn_max_logit: record ``attn/.../max_logit`` (the same scores: computed once when both are on).
         logits: record ``out/logz`` and ``out/max_logit`` from the training step's output logits.
+        adam: record ``update/{s}.{i}/adam_rms`` and ``optim/below_eps`` from AdamW's state after the step.
 
     Raises:
         ValueError: an unknown site or stat (the message lists the valid ones), or every < 0.
@@ -128,6 +133,7 @@ class TelemetryConfig:
     scales: bool = True
     attn_max_logit: bool = True
     logits: bool = True
+    adam: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.every, int) or self.every < 0:
@@ -400,6 +406,58 @@ class Telemetry:
                 delta = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p - b) for p, b in pairs]))
                 weight = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b) for b in before[stack, i]]))
                 self._stats[update_ratio(stack, i).name] = delta / weight
+
+    @torch.no_grad()
+    def record_adam(self, opt: torch.optim.Optimizer) -> None:
+        """Store ``update/{s}.{i}/adam_rms`` per block and ``optim/below_eps`` from ``opt``'s state; call
+        right after ``opt.step()`` (train_step does on record steps); nothing when ``cfg.adam`` is off.
+
+        With v_hat = ``exp_avg_sq`` / (1 - beta2^t), t = ``state['step']``, the bias-corrected second
+        moment that this step's update divided by (it already holds the step's gradient g_t, as StableAdamW's
+        debiased u_t does), and g_t = ``p.grad`` (after clipping, as the step read it):
+
+        - ``adam_rms`` = sqrt(mean over the coordinates of block i's parameters that have a gradient of
+          g_t^2 / max(v_hat, eps^2)): RMS_t of StableAdamW (Wortsman et al. 2023, "Stable and low-precision
+          training for large-scale vision-language models", arXiv 2304.13013, Algorithm 2), pooled over the
+          block instead of per tensor. max(v_hat, eps^2) keeps a coordinate whose v is 0 (so is its g) at 0.
+        - ``below_eps`` = the share of the coordinates of every parameter ``opt`` holds with
+          sqrt(v_hat) < eps (taken as v_hat < eps^2), those where eps dominates Adam's denominator
+          sqrt(v_hat) + eps; a parameter without state yet (never had a gradient) counts as v = 0.
+
+        eps and beta2 are each parameter's group's. Everything stays on the device (no ``.item()``:
+        the fused optimizer keeps ``step`` there).
+
+        Raises:
+            ValueError: ``opt`` is not ``torch.optim.AdamW``, or uses amsgrad (its denominator is another v).
+        """
+        if not self.cfg.adam:
+            return
+        if not isinstance(opt, torch.optim.AdamW) or any(g["amsgrad"] for g in opt.param_groups):
+            raise ValueError(f"telemetry.adam reads torch.optim.AdamW without amsgrad, got {type(opt).__name__}; "
+                             "valid: AdamW(amsgrad=False), or telemetry.adam=false")  # fmt: skip
+        ratio: dict[torch.Tensor, torch.Tensor] = {}  # parameter -> sum of g^2 / max(v_hat, eps^2) over it
+        below: list[torch.Tensor] = []
+        never_stepped = total = 0
+        for group in opt.param_groups:
+            beta2, floor = group["betas"][1], group["eps"] ** 2
+            for p in group["params"]:
+                total += p.numel()
+                state = opt.state.get(p)
+                if not state:
+                    never_stepped += p.numel()
+                    continue
+                # step as a float64 0-dim tensor: no host sync when the fused optimizer keeps it on the device.
+                v_hat = state["exp_avg_sq"].float() / (1 - beta2 ** state["step"].double())
+                below.append(v_hat.lt(floor).sum())
+                if p.grad is not None:
+                    ratio[p] = (p.grad.float().square() / v_hat.clamp_min(floor)).sum()
+        if below:  # some parameter has state
+            self._stats[adam_below_eps().name] = (torch.stack(below).sum() + never_stepped) / total
+        for stack, i, layer in self.blocks():
+            seen = [p for p in layer.parameters() if p in ratio]
+            if seen:
+                mean = torch.stack([ratio[p] for p in seen]).sum() / sum(p.numel() for p in seen)
+                self._stats[adam_rms(stack, i).name] = mean.sqrt()
 
     @torch.no_grad()
     def record_parameters(self) -> None:

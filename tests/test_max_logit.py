@@ -165,7 +165,8 @@ def test_training_step_records_out_stats_of_its_own_logits_on_record_steps_only(
     with torch.no_grad():
         z = model(src, tgt_in).double()  # the first step's forward pass, before its update
     real = tgt_out.ne(0)
-    tele = Telemetry(model, TelemetryConfig(every=2, sites=(), grads=False, weights=False, scales=False, attn_max_logit=False))
+    cfg = TelemetryConfig(every=2, sites=(), grads=False, weights=False, scales=False, attn_max_logit=False, adam=False)
+    tele = Telemetry(model, cfg)
     b = Batch(src, tgt_in, tgt_out, list(range(len(src))), int(real.sum()))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)

@@ -21,6 +21,8 @@ from model.metric_names import (
     Metric,
     act,
     act_stats,
+    adam_below_eps,
+    adam_rms,
     attn_entropy,
     attn_max_logit,
     blocks,
@@ -38,12 +40,12 @@ from model.metric_names import (
 
 def every_metric() -> list[Metric]:
     """Every valid metric of a model with blocks 0 and 11 in each stack."""
-    metrics = [output_logits(stat) for stat in FAMILY_STATS["out"]]
+    metrics = [*(output_logits(stat) for stat in FAMILY_STATS["out"]), adam_below_eps()]
     for stack in STACKS:
         metrics += [act(stack, None, site, stat) for site in STACK_SITES for stat in act_stats(site)]
         for layer in (0, 11):
             metrics += [act(stack, layer, site, stat) for site in BLOCK_SITES for stat in act_stats(site)]
-            metrics += [grad_norm(stack, layer), update_ratio(stack, layer)]
+            metrics += [grad_norm(stack, layer), update_ratio(stack, layer), adam_rms(stack, layer)]
             metrics += [attn_entropy(stack, layer, a) for a in ATTENTIONS]
             metrics += [weight_spectrum(stack, layer, m, stat) for m in WEIGHT_SITES for stat in WEIGHT_STATS]
             metrics += [learned_scale(stack, layer, site, stat) for site, stats in SCALE_SITE_STATS.items() for stat in stats]
@@ -60,6 +62,8 @@ def test_names_are_the_documented_strings():
     assert act("dec", 1, "cross_attn.k_norm", "rms").name == "act/dec.1.cross_attn.k_norm/rms"
     assert grad_norm("enc", 3).name == "grad/enc.3/norm"
     assert update_ratio("dec", 0).name == "update/dec.0/ratio"
+    assert adam_rms("enc", 2).name == "update/enc.2/adam_rms"
+    assert adam_below_eps().name == "optim/below_eps" and adam_below_eps().block is None
     assert attn_entropy("dec", 1, "self_attn").name == "attn/dec.1.self_attn/entropy"
     assert weight_spectrum("dec", 1, "cross_attn.v", "sigma_max").name == "weight/dec.1.cross_attn.v/sigma_max"
     assert weight_spectrum("enc", 0, "ffn.in", "stable_rank").name == "weight/enc.0.ffn.in/stable_rank"
@@ -112,6 +116,10 @@ def test_every_name_of_every_family_parses_back_to_its_metric():
         "out/entropy",  # not a stat of out
         "out/",
         "train/z_loss",
+        "optim/lr",  # the trainer's own optim/ metrics are not telemetry
+        "optim/grad_norm",
+        "optim/enc.0/below_eps",  # below_eps is the whole optimizer's
+        "update/enc.0.ffn/adam_rms",
         "act/enc.0.in/token_cos",  # token_cos: block outputs only
         "act/enc.embed/saturation",  # saturation: norm sites only
         "act/dec.1.ffn/saturation",
@@ -142,6 +150,8 @@ def test_a_bad_metric_is_a_one_line_error_naming_the_field():
         Metric("out", "dec", stat="logz")
     with pytest.raises(ValueError, match="unknown metric stack None; valid: enc, dec"):
         Metric("attn", None, 0, "self_attn", "max_logit")
+    with pytest.raises(ValueError, match="unknown metric stat 'lr'; valid: below_eps"):
+        Metric("optim", None, stat="lr")
 
 
 def test_every_stat_is_derived_from_the_raw_sums():
@@ -192,6 +202,23 @@ def code_strings(path: Path) -> list[str]:
     ]
 
 
+# Prefixes telemetry shares with the trainer's own metrics (training/window.py logs optim/lr, optim/grad_norm, ...).
+SHARED_PREFIXES = ("optim/",)
+
+
+def builds_a_metric_name(text: str) -> bool:
+    """Whether a string literal is (a piece of) a telemetry name: it starts with a family's prefix; under a
+    prefix shared with the trainer, it is that prefix alone (an f-string's head) or parses as a telemetry name."""
+    if text.startswith(SHARED_PREFIXES):
+        return text in SHARED_PREFIXES or parse(text) is not None
+    return text.startswith(tuple(f"{family}/" for family in FAMILIES))
+
+
+def test_the_name_check_tells_telemetry_from_the_trainers_metrics():
+    assert [builds_a_metric_name(t) for t in ("act/", "out/logz", "optim/", "optim/below_eps")] == [True] * 4
+    assert not any(builds_a_metric_name(t) for t in ("optim/lr", "optim/grad_norm_clipped", "train/loss"))
+
+
 def test_no_other_source_file_builds_or_parses_a_metric_name():
     root = Path(__file__).resolve().parents[1]
     sources = [
@@ -203,6 +230,6 @@ def test_no_other_source_file_builds_or_parses_a_metric_name():
         for path in sources
         if path.name != "metric_names.py"
         for text in code_strings(path)
-        if text.startswith(tuple(f"{family}/" for family in FAMILIES))
+        if builds_a_metric_name(text)
     }
     assert not offenders

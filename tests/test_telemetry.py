@@ -144,7 +144,8 @@ def test_training_is_bit_identical_with_telemetry_on_and_off_with_dropout(compil
     off_losses, _, off_weights, off_rng = run(0)
     on_losses, on_stats, on_weights, on_rng = run(2)  # records steps 1, 2 and 4
     assert [bool(s) for s in on_stats] == [True, True, False, True]
-    assert {parse(k).family for k in on_stats[0]} >= {"weight", "scale"}  # parameter telemetry ran too
+    assert {parse(k).family for k in on_stats[0]} >= {"weight", "scale", "optim"}  # parameter and AdamW telemetry ran too
+    assert "update/enc.0/adam_rms" in on_stats[0] and "update/enc.0/ratio" not in on_stats[0]
     assert on_losses == off_losses
     assert all(torch.equal(a, b) for a, b in zip(on_weights, off_weights, strict=True))
     assert torch.equal(on_rng, off_rng)
@@ -155,7 +156,12 @@ def test_training_is_bit_identical_with_telemetry_on_and_off_with_dropout(compil
     assert torch.equal(on_rng, eager_rng)
     assert on_stats[0].keys() == eager_stats[0].keys()
     for key, value in eager_stats[0].items():
-        assert on_stats[0][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+        # adam_rms reads the training pass's gradients, where a key bias's is rounding noise (its exact
+        # gradient is 0) that compiled and eager kernels round differently: at step 1 each such coordinate
+        # adds some g^2 / eps^2 in [0, 1): the 32 (64) of an encoder (decoder) block's 8544 (12832)
+        # coordinates move its adam_rms by up to 0.19 % (0.25 %).
+        rel = 3e-3 if parse(key).stat == "adam_rms" else 1e-5
+        assert on_stats[0][key] == pytest.approx(value, rel=rel, abs=1e-6), key
 
 
 def test_attention_entropy_of_uniform_attention_is_log_of_key_count():
@@ -340,7 +346,7 @@ def doc_pattern(pattern: str) -> re.Pattern:
 
 
 def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]:
-    """Everything ``cfg`` records on one SGD step of ``model`` over ``batch()``."""
+    """Everything ``cfg`` records on one AdamW step of ``model`` over ``batch()``."""
     src, tgt_in, tgt_out = batch()
     tele = Telemetry(model, cfg)
     with tele.watch(src.eq(0), tgt_out.eq(0)):
@@ -349,19 +355,20 @@ def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]
     F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
     tele.record_grad_norms()
     tele.record_parameters()
-    with tele.watch_update(), torch.no_grad():
-        for p in model.parameters():
-            p.sub_(1e-3 * p.grad)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with tele.watch_update():
+        opt.step()
+    tele.record_adam(opt)
     model.zero_grad()
     return tele.collect()
 
 
-SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "logits", "weights", "scales")
+SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "logits", "weights", "scales", "adam")
 
 
 def test_docs_metric_names_table_is_what_each_group_records():
     rows = [[c.strip("`") for c in row] for row in doc_table("recorded by")]
-    assert len(rows) == 18
+    assert len(rows) == 20
     # Between them, every kind of site: q/k/v norms, residual gates, an l2 QK-norm temperature.
     models = [make("sandwich", qk="rmsnorm", v="layernorm"), make("layerscale", qk="l2")]
     for group in dict.fromkeys(row[0] for row in rows):

@@ -135,7 +135,7 @@ def start_wandb(run_dir: Path, init_kwargs: dict[str, Any], resume_step: int, la
     if not run_id:
         write_status(run_dir, wandb_id=run.id)
     run.define_metric("trainer/step")
-    for prefix in ("train", "val", "test", "optim", "perf", "mem", *FAMILIES):
+    for prefix in dict.fromkeys(("train", "val", "test", "optim", "perf", "mem", *FAMILIES)):  # telemetry shares optim/
         run.define_metric(f"{prefix}/*", step_metric="trainer/step")
     if mode == "offline":
         wandb_dir = Path(run.dir).parents[1]  # <run_dir>/wandb: every attempt's offline-run-*-<id> folder

@@ -96,12 +96,10 @@ def train_step(
     (:func:`token_losses`).
 
     With ``record``, telemetry watches the first micro-batch's forward pass (with compiled layers,
-    through an extra eager pass: :meth:`Telemetry.watch_forward`), the gradients before clipping,
-    the parameters before the update (weight spectra, learned scales), and the update; losses and
-    weights are bit-identical with it on or off. Nothing here reads a value back to the host.
     through an extra eager pass: :meth:`Telemetry.watch_forward`) and its output logits, the
-    gradients before clipping, and the update; losses and weights are bit-identical with it on or
-    off. Nothing here reads a value back to the host.
+    gradients before clipping, the parameters before the update (weight spectra, learned scales),
+    the update, and the optimizer's state after it (:meth:`Telemetry.record_adam`); losses and
+    weights are bit-identical with it on or off. Nothing here reads a value back to the host.
 
     Args:
         model: the EncoderDecoder, or it wrapped in DistributedDataParallel.
@@ -143,5 +141,7 @@ def train_step(
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     with telemetry.watch_update() if o.record else nullcontext():
         opt.step()
+    if o.record:
+        telemetry.record_adam(opt)
     sched.step()
     return StepResult(total, grad_norm, z_total)
