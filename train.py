@@ -94,9 +94,9 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                 lr = run.sched.get_last_lr()[0]  # the rate this step's update uses (read before it steps)
                 options = replace(run.step_options, step_tokens=batches.n_tgt_tokens, record=record)
                 micro = [b.to(run.device) for b in batches.micro]
-                loss, grad_norm, z_loss = train_step(run.ddp, micro, run.opt, run.sched, run.telemetry, options)
+                result = train_step(run.ddp, micro, run.opt, run.sched, run.telemetry, options)
                 flops = sum(train_flops(run.mcfg, *s[:3]) for s in batches.shapes)
-                window.add(run.step, loss, z_loss, batches.n_tgt_tokens, flops)
+                window.add(run.step, result, batches.n_tgt_tokens, flops)
                 bar.update(1)
 
                 evaluate = run.step % tc.eval_every == 0 or run.step == tc.max_steps
@@ -104,7 +104,7 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                 signum = stop.signum if run.world == 1 else 0  # under DDP the ranks agree at logging steps
                 if not (run.step % tc.log_every == 0 or record or evaluate or save or signum):
                     continue
-                metrics, signum = window.close(run, lr, grad_norm, stop.signum)
+                metrics, signum = window.close(run, lr, stop.signum)
                 run.logger.log(run.step, metrics)
                 bar.set_postfix(loss=f"{metrics['train/loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{metrics['perf/tokens_per_s']:.0f}")
                 if evaluate and is_main:

@@ -110,6 +110,11 @@ class Run:
         values = [v for _, v in self.series.get(metric, []) if v is not None]
         return (min if lower_is_better else max)(values) if values else None
 
+    def spike_score(self, series: str) -> float | None:
+        """status.json's ``spike_score_{series}`` (``loss`` or ``grad_norm``: ``training/spikes.py``), the
+        share of the run's steps that spiked; None for a run written before spike scores."""
+        return finite((self.status or {}).get(f"spike_score_{series}"))
+
     @property
     def wall_s(self) -> float | None:
         return finite((self.status or {}).get("wall_s"))

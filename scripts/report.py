@@ -42,6 +42,7 @@ from analysis.panels import Line, Panel, build_panels  # noqa: E402
 from analysis.runs import TASKS, Run, detect_task  # noqa: E402
 from analysis.stats import mean_stderr  # noqa: E402
 from analysis.variants import Variant, group_variants  # noqa: E402
+from training.spikes import SERIES  # noqa: E402
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MPL_DASH = {"solid": "-", "dash": "--", "dot": ":"}
@@ -179,6 +180,13 @@ def _fmt_rate(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
 
+def _fmt_pct(value: float | None) -> str:
+    return _fmt(None if value is None else 100 * value, 2)
+
+
+SPIKE_HEADERS = {"loss": "loss spike score (%)", "grad_norm": "grad norm spike score (%)"}  # one per training.spikes.SERIES
+
+
 def _diverged_text(run: Run) -> str:
     if not run.diverged:
         return "no"
@@ -205,6 +213,7 @@ def run_columns(task: str) -> list[Column]:
         ("step", "step", lambda r: (r.last_step, f"{r.last_step if r.last_step is not None else '—'} / {r.max_steps or '?'}")),
         *(metric_col(m) for m in test_metrics),
         ("best_val_loss", "best valid loss", lambda r: (v := r.best("val/loss"), _fmt(v))),
+        *((f"spike_score_{s}", SPIKE_HEADERS[s], lambda r, s=s: (v := r.spike_score(s), _fmt_pct(v))) for s in SERIES),
         ("wall_s", "wall time", lambda r: (r.wall_s, _fmt_time(r.wall_s))),
         ("tokens_per_s", "tokens/s", lambda r: (r.tokens_per_s, _fmt_rate(r.tokens_per_s))),
         ("notes", "notes", lambda r: ("; ".join(r.notes), "; ".join(r.notes))),
@@ -239,6 +248,7 @@ def variant_columns(task: str) -> list[Column]:
         count_col("diverged", lambda r: r.diverged),
         *(metric_col(m) for m in test_metrics),
         mean_col("best_val_loss", "best valid loss", lambda r: r.best("val/loss"), _fmt),
+        *(mean_col(f"spike_score_{s}", SPIKE_HEADERS[s], lambda r, s=s: r.spike_score(s), _fmt_pct) for s in SERIES),
         mean_col("wall_s", "wall time", lambda r: r.wall_s, _fmt_time),
         mean_col("tokens_per_s", "tokens/s", lambda r: r.tokens_per_s, _fmt_rate),
     ]

@@ -98,6 +98,7 @@ DIVERGED_ERROR = "NonFiniteLossError: non-finite training loss at step {}; last 
 
 def finished(test_per: float, wall_s: float = 125.0) -> dict:
     return {"state": "finished", "step": 100, "max_steps": 100, "wall_s": wall_s, "tokens_per_s": 2000.0, "error": None,
+            "spike_score_loss": test_per / 10, "spike_score_grad_norm": test_per / 20,
             "test": {"test/per": test_per, "test/wer": test_per * 2}}  # fmt: skip
 
 
@@ -273,6 +274,18 @@ def test_variant_table_gives_mean_stderr_n(built: tuple[Path, str]) -> None:
     assert rows[VARIANT_A]["tokens_per_s"][1] == "2,000 ± 0 (n = 2)"
     assert rows[VARIANT_LR]["test/per"][1] == "— (n = 0)" and rows[VARIANT_LR]["best_val_loss"][1] == "— (n = 0)"
     assert "<th>PER (%): mean ± stderr (n)</th>" in built[1] and "<th>best valid loss: mean ± stderr (n)</th>" in built[1]
+
+
+def test_tables_show_spike_scores_in_percent(built: tuple[Path, str]) -> None:
+    variants, _ = table(built[1], "data-variant")
+    # finished(): spike_score_loss = PER / 10, so 1.234 % and 1.432 %: mean 1.333, stderr |a - b| / 2 = 0.099
+    assert variants[VARIANT_A]["spike_score_loss"][1] == "1.33 ± 0.10 (n = 2)"
+    assert float(variants[VARIANT_A]["spike_score_grad_norm"][0]) == pytest.approx((0.1234 + 0.1432) / 40)
+    assert variants[VARIANT_LR]["spike_score_loss"][1] == "— (n = 0)"  # a diverged run is never averaged
+    assert "<th>loss spike score (%): mean ± stderr (n)</th>" in built[1]
+    runs, _ = table(built[1], "data-run")
+    assert runs["norm=pre_ln,seed=1"]["spike_score_loss"] == (repr(0.1432 / 10), "1.43")
+    assert runs["norm=post_rms,seed=2"]["spike_score_grad_norm"][1] == "—"  # no status.json
 
 
 VARIANT_D = "optim.lr=0.01 trainer.max_steps=100"  # 3 seeds, 2 diverge

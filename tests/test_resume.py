@@ -50,8 +50,13 @@ def test_a_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_p
     straight, resumed = losses(tmp_path / "straight"), losses(tmp_path / "stopped")
     assert sorted(resumed) == list(range(1, 13))
     assert resumed == straight  # loss and lr, bit for bit, at every step
-    a, b = (load_checkpoint(tmp_path / d / "checkpoint.pt")["model"] for d in ("straight", "stopped"))
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    a, b = (load_checkpoint(tmp_path / d / "checkpoint.pt") for d in ("straight", "stopped"))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    # The spike scores' state rode the checkpoint: the resumed run's window holds all 12 steps' values.
+    assert b["spikes"] == a["spikes"] and len(b["spikes"]["loss"]["history"]) == b["spikes"]["grad_norm"]["steps"] == 12
+    for d in ("straight", "stopped"):  # 12 steps: none has the 100 values before it that scoring needs
+        status = json.loads((tmp_path / d / "status.json").read_text())
+        assert status["spike_score_loss"] == status["spike_score_grad_norm"] == 0.0
 
 
 def test_sigterm_from_outside_checkpoints_and_exits_143(tmp_path):

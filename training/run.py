@@ -26,6 +26,7 @@ from training.evaluate import evaluate_loss
 from training.flops import peak_flops
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
+from training.spikes import RunSpikes
 from training.status import write_status
 from training.step import StepOptions
 from training.sweep import sweep_group
@@ -35,7 +36,7 @@ from training.tasks import G2PTask, TranslationTask, build_task
 @dataclass
 class Run:
     """One training run: its config, where it writes, the model and everything that trains it,
-    and the counters that a checkpoint carries (``step``, ``data_position``, ``counters``)."""
+    and the counters that a checkpoint carries (``step``, ``data_position``, ``counters``, ``spikes``)."""
 
     cfg: DictConfig
     run_dir: Path
@@ -55,6 +56,7 @@ class Run:
     step: int = 0
     data_position: tuple[int, int] = (0, 0)  # (epoch, next batch) of the training stream
     counters: dict[str, float] = field(default_factory=lambda: {"wall_s": 0.0, "tgt_tokens": 0})  # over resumes
+    spikes: RunSpikes = field(default_factory=RunSpikes)  # spike scores of every step so far, over resumes
     last_good: str = "none written yet"  # the checkpoint a diverged run can go back to
 
 
@@ -137,6 +139,9 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
                  "last_good": f"{resumed_from} (step {ckpt['step']})"}  # fmt: skip
         if changed := config_diff(ckpt["config"], OmegaConf.to_container(cfg, resolve=True)):
             print(f"normlab: resuming {resumed_from} at step {ckpt['step']} with changed settings: {changed}")
+        if "spikes" in ckpt:  # absent from checkpoints written before spike scores: those then cover the steps after it
+            state["spikes"] = RunSpikes()
+            state["spikes"].load_state_dict(ckpt["spikes"])
     step = state.get("step", 0)
     sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay, start_step=step)
     if cfg.schedule.warmup_steps >= tc.max_steps:
@@ -181,17 +186,19 @@ def validate_run(run: Run) -> str:
 
 def save_run(run: Run) -> None:
     """Checkpoint the run (rank 0 writes; every rank hands in its own RNG streams, a collective, so
-    every rank calls this on the same steps) and record its progress in ``status.json``."""
+    every rank calls this on the same steps) and record its progress in ``status.json`` (step, time,
+    throughput, spike scores so far: the last checkpoint, at ``trainer.max_steps``, holds the run's)."""
     rngs = distributed.all_gather_object(rng_state(run.device))
     if not run.is_main:
         return
     save_checkpoint(run.run_dir, {
         "config": OmegaConf.to_container(run.cfg, resolve=True), "model_config": run.mcfg.to_dict(),
         "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
-        "data_position": run.data_position, "rng": rngs, "counters": run.counters, **run.task.checkpoint_state(),
+        "data_position": run.data_position, "rng": rngs, "counters": run.counters, "spikes": run.spikes.state_dict(),
+        **run.task.checkpoint_state(),
     })  # fmt: skip
     wall, tokens = run.counters["wall_s"], run.counters["tgt_tokens"]
-    write_status(run.run_dir, step=run.step, wall_s=wall, tokens_per_s=tokens / max(wall, 1e-9))
+    write_status(run.run_dir, step=run.step, wall_s=wall, tokens_per_s=tokens / max(wall, 1e-9), **run.spikes.status())
     run.last_good = f"{run.run_dir / LATEST} (step {run.step})"
 
 

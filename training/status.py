@@ -4,7 +4,9 @@ Written atomically at start, at each checkpoint and at the end, so a sweep re-ru
 summary and ``scripts/report.py`` can tell finished, diverged, failed and interrupted runs apart
 without parsing logs. Fields: ``state`` (one of ``STATES``), ``step``, ``max_steps``, ``wall_s``
 (seconds of training in this run dir, summed over resumes), ``tokens_per_s`` (target tokens per
-second over those seconds), ``error`` (message or null), ``test`` (final test metrics) and, once
+second over those seconds), ``spike_score_loss`` and ``spike_score_grad_norm`` (the share of the
+steps so far whose training loss / gradient norm spiked: ``training/spikes.py``; the run's at the
+end), ``error`` (message or null), ``test`` (final test metrics) and, once
 the run logs to wandb, ``wandb_id`` (its wandb run id, resumed by every later attempt in the dir).
 """
 
