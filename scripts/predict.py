@@ -21,12 +21,18 @@ from training.checkpoint import load_checkpoint
 from training.evaluate import DecodeConfig, decode_all
 
 
-def load_model(path: str, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, str]:
-    """(model in eval mode, src vocabulary, tgt vocabulary, task name) from a normlab checkpoint."""
-    ckpt = load_checkpoint(path)
+def model_from(ckpt: dict) -> EncoderDecoder:
+    """The model of a loaded checkpoint (``training.checkpoint.load_checkpoint``), its weights loaded, on the CPU."""
     mcfg = dict(ckpt["model_config"])
     model = EncoderDecoder(ModelConfig(**{**mcfg, "norm": NormConfig(**mcfg["norm"])}))
     model.load_state_dict(ckpt["model"])
+    return model
+
+
+def load_model(path: str, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, str]:
+    """(model in eval mode, src vocabulary, tgt vocabulary, task name) from a normlab checkpoint."""
+    ckpt = load_checkpoint(path)
+    model = model_from(ckpt)
     src, tgt = (Tokenizer.from_str(ckpt["vocab"][k]) for k in ("src", "tgt"))
     return model.to(device).eval(), src, tgt, ckpt.get("task", "g2p")
 

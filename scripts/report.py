@@ -15,12 +15,15 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   are counted in ``<html data-js-errors>``.
 - one PNG per chart (``loss.png``, ``val_loss.png``, ``val_per.png``, ``rms_vs_depth.png``, ``grad_vs_depth.png``).
 
+A run with ``probe/*.png`` (``python -m scripts.probe RUN_DIR``) gets a "Probes" section showing them.
+
 Runs whose configs differ only in the seed form a variant (see ``analysis/variants.py``). Diverged,
 crashed or half-written runs are listed and marked, never fatal. Reading, grouping, statistics and the
 charts' data live in the ``analysis`` package; this script draws them.
 """
 
 import argparse
+import base64
 import html
 import math
 import sys
@@ -66,7 +69,8 @@ table { border-collapse: collapse; font-size: 0.85em; margin-bottom: 2em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f0f0f0; } td.text { text-align: left; max-width: 32em; overflow-wrap: anywhere; }
 tr.diverged, tr.failed { background: #fde2e2; } tr.unknown, tr.interrupted, tr.running { background: #f4f4f4; color: #555; }
-.plot { height: 460px; margin-bottom: 1em; } .note { color: #666; font-size: 0.9em; }"""
+.plot { height: 460px; margin-bottom: 1em; } .note { color: #666; font-size: 0.9em; }
+img.probe { max-width: 32%; margin-right: 1%; }"""
 
 
 def variant_colors(variants: list[Variant]) -> dict[str, str]:
@@ -316,6 +320,25 @@ def header_html(dirs: list[Path], runs: list[Run], variants: list[Variant], pngs
     )
 
 
+def probes_html(runs: list[Run]) -> str:
+    """The PNGs ``python -m scripts.probe`` wrote into each run's ``probe/`` (embedded, so the page stays
+    self-contained), one heading per run that has them; "" when none has."""
+    parts = []
+    for run in runs:
+        pngs = sorted((run.path / "probe").glob("*.png"))
+        images = "".join(f'<img class="probe" alt="{html.escape(p.stem)}" '
+                         f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">' for p in pngs)  # fmt: skip
+        if images:
+            parts.append(f'<h3 data-probe-run="{html.escape(run.label)}">{html.escape(run.label)}</h3>\n{images}')
+    if not parts:
+        return ""
+    note = (
+        '<p class="note">python -m scripts.probe RUN_DIR: layer drop, angular distance, output change at init '
+        '(docs/telemetry.md, "Probes").</p>'
+    )
+    return "\n".join([note, *parts])
+
+
 def build_report(dirs: list[Path], out: Path) -> Path:
     """Read every run under ``dirs`` and write ``out/index.html`` and the PNGs (see the module docstring).
 
@@ -338,6 +361,8 @@ def build_report(dirs: list[Path], out: Path) -> Path:
         ("Variants", table_html(variant_columns(task), variants, "data-variant", lambda v: "")),
         ("Runs", table_html(run_columns(task), ordered, "data-run", lambda r: "diverged" if r.diverged else r.status_state)),
     ]
+    if probes := probes_html(ordered):
+        tables.append(("Probes", probes))
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
     path = out / "index.html"
     path.write_text(page_html(title, header_html(dirs, runs, variants, pngs), plots, tables), encoding="utf-8")

@@ -10,7 +10,7 @@ import sys
 
 from tests.conftest import ROOT
 
-SCRIPTS = ("report", "bench", "predict", "plot_scales", "wandb_workspace")
+SCRIPTS = ("report", "bench", "predict", "plot_scales", "wandb_workspace", "probe")
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 
 

@@ -1,0 +1,176 @@
+"""Probe a run's blocks: layer-drop Δloss, angular distance between residual streams, output change at init.
+
+    python -m scripts.probe RUN_DIR [--max-examples 500] [--placements post pre admin deepnorm] [--depths 1 2 4 6]
+
+Reads ``RUN_DIR/checkpoint.pt`` (weights, model config, vocabularies, run config), rebuilds the run's
+validation split (``training.tasks.build_task``, vocabularies from the checkpoint), takes at most
+``--max-examples`` of its pairs at an even stride (as the runs' evaluation subsets), and writes into
+``RUN_DIR/probe/``:
+
+- ``probe.json``: ``loss`` (the full model's validation loss), ``examples``, ``layer_drop`` ({enc, dec}:
+  Δloss per block), ``angular_distance`` ({enc, dec}: (L+1) x (L+1)), ``output_change``
+  ({placement: {depth: value}}), ``delta``; a non-finite value is null;
+- ``layer_drop.png``, ``angular_distance.png``, ``output_change.png``.
+
+The output change is measured on models built at init with the run's sizes and norm kind, for each
+placement and depth; the run's own placement is always among them. ``python -m scripts.report``
+shows the PNGs of every run that has them. Definitions and sources: docs/telemetry.md, "Probes".
+"""
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from analysis.probes import first_batch, init_output_change, layer_drop, stream_distances  # noqa: E402
+from data.batching import Seq2SeqData  # noqa: E402
+from model.config import NormConfig  # noqa: E402
+from model.placements import PLACEMENTS, STACKS  # noqa: E402
+from scripts.predict import model_from  # noqa: E402
+from training.checkpoint import load_checkpoint  # noqa: E402
+from training.evaluate import even_stride  # noqa: E402
+from training.tasks import build_task  # noqa: E402
+
+DEFAULT_PLACEMENTS = ("post", "pre", "admin", "deepnorm")  # Admin's comparison, and DeepNet's
+CHANGE_EXAMPLES = 64  # pairs in the output-change batch: the first of the probed ones
+
+
+def default_placements(norm: NormConfig) -> list[str]:
+    """:data:`DEFAULT_PLACEMENTS` that take ``norm.kind``, then the run's own placement if not among them."""
+    names = [p for p in DEFAULT_PLACEMENTS if PLACEMENTS[p].admits(norm.kind)]
+    return names if norm.placement in names else [*names, norm.placement]
+
+
+def probe(run_dir: Path, max_examples: int, placements: list[str] | None, depths: list[int], delta: float,
+          device: torch.device) -> dict:  # fmt: skip
+    """The probes' results (the keys of ``probe.json``, values not yet made JSON-safe).
+
+    Raises:
+        FileNotFoundError: no ``RUN_DIR/checkpoint.pt``, or the run's data is missing.
+        ValueError: ``max_examples`` < 1, ``delta`` < 0, a depth < 1, a placement unknown or one
+            the run's norm kind cannot take (the messages name the valid values).
+    """
+    if max_examples < 1:
+        raise ValueError(f"--max-examples={max_examples} is invalid; it must be >= 1")
+    if not delta >= 0:
+        raise ValueError(f"--delta={delta} is invalid; it must be >= 0")
+    ckpt = load_checkpoint(run_dir / "checkpoint.pt")
+    model = model_from(ckpt).to(device)
+    cfg = OmegaConf.create(ckpt["config"])
+    valid = build_task(cfg, None, ckpt).data["valid"]
+    keep = even_stride(len(valid), max_examples)
+    data = Seq2SeqData([valid.src[i] for i in keep], [valid.tgt[i] for i in keep])
+    loss, drops = layer_drop(model, data, cfg.trainer.max_tokens, device)
+    angles = stream_distances(model, data, cfg.trainer.max_tokens, device)
+    batch = first_batch(data, CHANGE_EXAMPLES, device)
+    names = placements or default_placements(model.cfg.norm)
+    change = init_output_change(model.cfg, names, depths, batch, delta, seed=cfg.get("seed", 0))
+    return {"loss": loss, "examples": len(data), "layer_drop": drops, "angular_distance": angles,
+            "output_change": change, "delta": delta}  # fmt: skip
+
+
+def json_safe(value: object) -> object:
+    """``value`` with every non-finite float as None (JSON has no inf or NaN)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def plot_layer_drop(result: dict, path: Path) -> None:
+    """Bars of Δloss per block, encoder then decoder."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels: list[str] = []
+    for stack, color in zip(STACKS, ("#1f77b4", "#ff7f0e"), strict=True):
+        values = [math.nan if v is None else v for v in result["layer_drop"][stack]]  # a NaN bar is not drawn
+        ax.bar(range(len(labels), len(labels) + len(values)), values, color=color, label=stack)
+        labels += [f"{stack}.{i}" for i in range(len(values))]
+    ax.axhline(0, color="#444", lw=0.8)
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set(title=f"Layer drop: valid loss with block i skipped − full ({result['loss']:.3f})", xlabel="block skipped",
+           ylabel="Δ loss (nats per token)")  # fmt: skip
+    ax.legend()
+    _save(fig, path)
+
+
+def plot_angles(result: dict, path: Path) -> None:
+    """One heatmap per stack of the mean angular distance between the streams entering blocks l and m."""
+    fig, axes = plt.subplots(1, len(STACKS), figsize=(10, 4.5))
+    for ax, stack in zip(axes, STACKS, strict=True):
+        matrix = [[math.nan if v is None else v for v in row] for row in result["angular_distance"][stack]]
+        image = ax.imshow(matrix, vmin=0, vmax=1, cmap="viridis", origin="lower")
+        ticks = range(len(matrix))
+        ax.set_xticks(ticks, [*map(str, ticks[:-1]), "out"])
+        ax.set_yticks(ticks, [*map(str, ticks[:-1]), "out"])
+        ax.set(title=f"{stack}: d(x_l, x_m)", xlabel="m (stream entering block m)", ylabel="l")
+    fig.colorbar(image, ax=axes, label="angular distance (0: same direction, 1: opposite)")
+    _save(fig, path)
+
+
+def plot_output_change(result: dict, path: Path) -> None:
+    """Output change vs depth, one line per placement (log y where every value is positive)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    values = []
+    for placement, by_depth in result["output_change"].items():
+        depths = sorted(by_depth, key=int)
+        values += [by_depth[d] for d in depths]
+        ax.plot([int(d) for d in depths], [by_depth[d] for d in depths], marker="o", label=placement)
+    if values and all(v is not None and v > 0 for v in values):
+        ax.set_yscale("log")
+    ax.set_xticks(sorted({int(d) for by_depth in result["output_change"].values() for d in by_depth}))
+    ax.set(title=f"Output change at init, δ = {result['delta']:g} · rms(w) · N(0, I)", xlabel="blocks per stack",
+           ylabel="E |f(x, w) − f(x, w + δ)|²")  # fmt: skip
+    ax.legend()
+    _save(fig, path)
+
+
+def _save(fig: plt.Figure, path: Path) -> None:
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def write_probe(result: dict, out: Path) -> list[Path]:
+    """``out/probe.json`` and the three PNGs; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    safe = json_safe(json.loads(json.dumps(result)))  # int depth keys become strings, as on reading back
+    (out / "probe.json").write_text(json.dumps(safe, indent=1), encoding="utf-8")
+    paths = [out / "probe.json"]
+    for name, plot in (("layer_drop", plot_layer_drop), ("angular_distance", plot_angles), ("output_change", plot_output_change)):
+        plot(safe, out / f"{name}.png")
+        paths.append(out / f"{name}.png")
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit code (1 with ``probe: error: ...`` on bad input)."""
+    parser = argparse.ArgumentParser(prog="probe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory holding checkpoint.pt")
+    parser.add_argument("--max-examples", type=int, default=500, help="validation pairs probed, at an even stride (default 500)")
+    parser.add_argument("--placements", nargs="+", default=None,
+                        help=f"output change: placements (default: {' '.join(DEFAULT_PLACEMENTS)}, run's own)")  # fmt: skip
+    parser.add_argument("--depths", nargs="+", type=int, default=[1, 2, 4, 6], help="output change: blocks per stack")
+    parser.add_argument("--delta", type=float, default=1e-3, help="output change: δ's scale, times rms(w) (default 1e-3)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    try:
+        result = probe(args.run_dir, args.max_examples, args.placements, args.depths, args.delta, torch.device(args.device))
+    except (ValueError, FileNotFoundError) as e:
+        print(f"probe: error: {e}", file=sys.stderr)
+        return 1
+    paths = write_probe(result, args.run_dir / "probe")
+    print(f"probe: full valid loss {result['loss']:.4f} on {result['examples']} pairs; wrote {', '.join(p.name for p in paths)} "
+          f"into {args.run_dir / 'probe'}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

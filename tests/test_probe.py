@@ -1,0 +1,173 @@
+"""The block probes (analysis/probes.py) against hand computations, and ``python -m scripts.probe`` end to end
+on a tiny trained run, its figures shown by the report."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+import train as train_module
+from analysis.probes import (
+    angular_distance,
+    first_batch,
+    init_output_change,
+    layer_drop,
+    output_change,
+    skip_block,
+    stream_distances,
+)
+from data.batching import Seq2SeqData, collate
+from data.tokenizer import PAD_ID
+from model.config import ModelConfig, NormConfig
+from model.transformer import EncoderDecoder
+from scripts import probe as probe_script
+from scripts.report import build_report
+from tests.conftest import make_cfg
+from training.evaluate import evaluate_loss
+
+CPU = torch.device("cpu")
+
+
+def tiny(placement: str = "pre", kind: str = "layernorm") -> EncoderDecoder:
+    torch.manual_seed(0)
+    cfg = ModelConfig(src_vocab=11, tgt_vocab=13, d_model=16, n_heads=2, d_ff=32, n_enc_layers=2, n_dec_layers=2,
+                      dropout=0.0, norm=NormConfig(kind=kind, placement=placement))  # fmt: skip
+    return EncoderDecoder(cfg).eval()
+
+
+def pairs(n: int = 6) -> Seq2SeqData:
+    """Random pairs of different lengths (ids past the special tokens), so batches are padded."""
+    g = torch.Generator().manual_seed(1)
+    lengths = [(2 + i % 4, 3 + (i * 2) % 5) for i in range(n)]
+    return Seq2SeqData([torch.randint(4, 11, (s,), generator=g).tolist() for s, _ in lengths],
+                       [torch.randint(4, 13, (t,), generator=g).tolist() for _, t in lengths])  # fmt: skip
+
+
+def make_identity(model: EncoderDecoder, stack: str, index: int) -> None:
+    """Zero every branch's output projection (weights and biases) of a pre-LN block: x + F(N(x)) = x exactly."""
+    block = (model.encoder if stack == "enc" else model.decoder)[index]
+    with torch.no_grad():
+        for residual in (block.self_attn, getattr(block, "cross_attn", None), block.ffn):
+            if residual is not None:
+                out = residual.branch.out_proj if hasattr(residual.branch, "out_proj") else residual.branch.linear2
+                out.weight.zero_()
+                out.bias.zero_()
+
+
+def test_layer_drop_of_an_identity_block_is_zero_and_of_another_block_is_the_loss_without_it():
+    model, data = tiny(), pairs()
+    make_identity(model, "enc", 1)
+    make_identity(model, "dec", 0)
+    full, drops = layer_drop(model, data, 64, CPU)
+    assert full == evaluate_loss(model, data, 64, CPU)
+    assert drops["enc"][1] == 0.0 and drops["dec"][0] == 0.0  # x -> x skipped by x -> x: bit-identical
+    assert abs(drops["enc"][0]) > 1e-4 and abs(drops["dec"][1]) > 1e-4
+    without = copy.deepcopy(model)
+    del without.decoder[1]  # the decoder stack with block 1 left out
+    assert drops["dec"][1] == pytest.approx(evaluate_loss(without, data, 64, CPU) - full, abs=1e-6)
+
+
+def test_skip_block_puts_the_block_back_and_names_a_bad_index():
+    model = tiny()
+    block = model.decoder[1]
+    with skip_block(model, "dec", 1):
+        assert model.decoder[1] is not block
+        x = torch.randn(2, 3, 16)
+        assert model.decoder[1](x, torch.randn(2, 4, 16), None, None) is x
+    assert model.decoder[1] is block
+    with pytest.raises(ValueError, match="block index 2 is invalid for the enc stack; valid: 0..1"):
+        with skip_block(model, "enc", 2):
+            pass
+    with pytest.raises(ValueError, match="unknown stack 'mid'; valid: enc, dec"):
+        with skip_block(model, "mid", 0):
+            pass
+
+
+def test_angular_distance_by_hand():
+    x = torch.tensor([[3.0, -1.0, 2.0]])
+    assert angular_distance(x, x).item() == 0.0  # identical
+    assert angular_distance(x, -x).item() == 1.0  # opposite
+    assert angular_distance(x, 2.5 * x).item() == pytest.approx(0.0, abs=1e-7)  # only the direction counts
+    e1, e2 = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    assert angular_distance(e1, e2).item() == pytest.approx(0.5, abs=1e-7)  # 90 degrees
+    assert angular_distance(e1, torch.tensor([1.0, 1.0])).item() == pytest.approx(0.25, abs=1e-7)  # 45
+    assert angular_distance(e1, torch.tensor([1.0, math.sqrt(3)])).item() == pytest.approx(1 / 3, abs=1e-7)  # 60
+    assert angular_distance(torch.zeros(2), e1).item() == pytest.approx(0.5, abs=1e-7)  # cos = 0
+    a, b = torch.randn(5, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
+    cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)
+    torch.testing.assert_close(angular_distance(a, b).double(), torch.arccos(cos) / math.pi, atol=1e-6, rtol=0)
+
+
+def test_stream_distances_are_the_mean_over_real_tokens_of_the_streams_entering_each_block():
+    model, data = tiny(), pairs()
+    make_identity(model, "enc", 1)
+    got = stream_distances(model, data, 64, CPU)
+    batch = collate(data, list(range(len(data))))
+    with torch.no_grad():  # the streams by hand: embeddings, then each block's output
+        enc = [model.src_embed(batch.src)]
+        for block in model.encoder:
+            enc.append(block(enc[-1], batch.src_pad_mask))
+        memory = model.enc_final_norm(enc[-1])
+        dec = [model.tgt_embed(batch.tgt_in)]
+        for block in model.decoder:
+            dec.append(block(dec[-1], memory, batch.src_pad_mask))
+    for stack, xs, real in (("enc", enc, ~batch.src_pad_mask), ("dec", dec, batch.tgt_out.ne(PAD_ID))):
+        want = [[angular_distance(a[real], b[real]).mean().item() for b in xs] for a in xs]
+        assert torch.tensor(got[stack]) == pytest.approx(torch.tensor(want), abs=1e-6)
+    assert got["enc"][1][2] == 0.0 and got["enc"][0][0] == 0.0  # block 1 is x -> x
+    one_per_batch = stream_distances(model, data, 9, CPU)  # other batches, other padding: the same means
+    for stack in ("enc", "dec"):
+        assert torch.tensor(one_per_batch[stack]) == pytest.approx(torch.tensor(got[stack]), abs=1e-6)
+
+
+def test_output_change_is_zero_without_perturbation_and_grows_as_delta_squared():
+    model = tiny("post")
+    batch = first_batch(pairs(), 6, CPU)
+    before = copy.deepcopy(model.state_dict())
+    assert output_change(model, batch, 0.0) == 0.0
+    small, double, large = (output_change(model, batch, d) for d in (1e-4, 2e-4, 1e-2))
+    assert 0 < small < double < large
+    assert double / small == pytest.approx(4.0, rel=0.02)  # first order in delta: |J δ|^2
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name  # the weights are put back
+
+
+def test_init_output_change_over_placements_and_depths_and_bad_placements():
+    batch = first_batch(pairs(), 6, CPU)
+    cfg = tiny().cfg
+    out = init_output_change(cfg, ["post", "pre"], [1, 2], batch, 1e-3)
+    assert list(out) == ["post", "pre"] and all(list(v) == [1, 2] and min(v.values()) > 0 for v in out.values())
+    torch.manual_seed(0)  # the same model as init_output_change builds for post at depth 2
+    model = EncoderDecoder(ModelConfig(**{**cfg.to_dict(), "n_enc_layers": 2, "n_dec_layers": 2,
+                                          "norm": NormConfig(placement="post")}))  # fmt: skip
+    assert out["post"][2] == output_change(model, batch, 1e-3)
+    with pytest.raises(ValueError, match="unknown norm.placement 'postln'; valid placements: post, pre"):
+        init_output_change(cfg, ["postln"], [1], batch, 1e-3)
+    with pytest.raises(ValueError, match="norm.kind='dyt' cannot be used with norm.placement='post'"):
+        init_output_change(tiny(kind="dyt").cfg, ["post"], [1], batch, 1e-3)
+    assert probe_script.default_placements(tiny(kind="dyt").cfg.norm) == ["pre"]
+    assert probe_script.default_placements(tiny("b2t").cfg.norm) == ["post", "pre", "admin", "deepnorm", "b2t"]
+
+
+def test_probe_script_writes_json_and_pngs_and_the_report_shows_them(tmp_path, capsys):
+    train_module.train(make_cfg("trainer.max_steps=10", "telemetry.every=0"), tmp_path)
+    argv = [str(tmp_path), "--max-examples", "20", "--depths", "1", "2", "--placements", "pre", "post"]
+    assert probe_script.main(argv) == 0
+    result = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert result["examples"] == 20 and result["delta"] == 1e-3 and result["loss"] > 0
+    assert [len(result["layer_drop"][s]) for s in ("enc", "dec")] == [2, 2]
+    for stack in ("enc", "dec"):
+        matrix = torch.tensor(result["angular_distance"][stack])
+        assert matrix.shape == (3, 3) and torch.equal(matrix.diagonal(), torch.zeros(3))
+        assert torch.allclose(matrix, matrix.T, atol=1e-6) and matrix.max() <= 1
+    assert {p: list(v) for p, v in result["output_change"].items()} == {"pre": ["1", "2"], "post": ["1", "2"]}
+    for name in ("layer_drop", "angular_distance", "output_change"):
+        assert (tmp_path / "probe" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = build_report([tmp_path], tmp_path / "report").read_text()
+    assert "<h2>Probes</h2>" in page and page.count('<img class="probe"') == 3
+    assert probe_script.main([str(tmp_path / "nope")]) == 1
+    assert "probe: error: no checkpoint file at" in capsys.readouterr().err
+    assert probe_script.main([str(tmp_path), "--max-examples", "0"]) == 1
+    assert "--max-examples=0 is invalid; it must be >= 1" in capsys.readouterr().err
