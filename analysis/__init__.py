@@ -3,6 +3,7 @@
 - ``runs``: the :class:`~analysis.runs.Run` record of one run directory, and the task a set of runs is;
 - ``load``: run directories -> runs (never failing on a bad run);
 - ``variants``: runs -> variants (runs that differ only in the seed);
-- ``stats``: a variant's mean curve with its min-max band, mean ± standard error;
-- ``panels``: variants -> the report's charts as plain data (nothing here draws).
+- ``stats``: a variant's mean curve with its min-max or standard-error band, mean ± standard error;
+- ``panels``: variants -> the report's charts as plain data (nothing here draws);
+- ``stability``: variants -> the report's stability charts (max logit, log Z, spectral norm, kurtosis), the same way.
 """

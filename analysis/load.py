@@ -14,16 +14,21 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from analysis.runs import Run, finite
-from model.metric_names import depth, n_enc_layers_seen, parse
+from analysis.runs import BlockSite, Run, finite
+from model.metric_names import Metric, depth, n_enc_layers_seen, parse
 from training.renames import with_current_names
 
 RUN_CONFIG, RUN_RECORDS = "config.yaml", ("metrics.jsonl", "status.json")  # a run dir holds the first and one of the others
 SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; not searched
-# Scalar series kept from metrics.jsonl; telemetry is reduced on reading to the profiles below.
+# Scalar series kept from metrics.jsonl; telemetry is reduced on reading to the profiles below, and the stack-less
+# telemetry (out/, optim/: one number per record) is kept as series.
 SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
-# (family, site, stat) of a block's metric -> the Run attribute holding its profile
-PROFILES = {("act", "out", "rms"): "rms", ("grad", None, "norm"): "grad"}  # the stream leaving block i; its gradient norm
+# (family, site, stat) of a block's metric -> the Run attribute holding it by depth: the stream leaving block i
+# (its RMS and kurtosis) and the block's gradient norm
+PROFILES = {("act", "out", "rms"): "rms", ("act", "out", "kurtosis"): "kurtosis", ("grad", None, "norm"): "grad"}
+# (family, stat) of a per-site block metric -> the Run attribute holding it by BlockSite
+SITE_PROFILES = {("attn", "max_logit"): "max_logit", ("weight", "sigma_max"): "sigma_max"}
+LAST_RECORD_ONLY = ("sigma_max",)  # the report shows the last record only: older ones are not kept in memory
 
 
 class ReportError(Exception):
@@ -82,13 +87,14 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
-    """Fill ``run.series``, ``run.rms`` and ``run.grad`` from metrics.jsonl at ``path``.
+    """Fill ``run.series`` and the telemetry profiles (``PROFILES``, ``SITE_PROFILES``) from metrics.jsonl at ``path``.
 
     Unparsable lines (a truncated last line of a killed run) are skipped and counted in ``run.notes``.
     Decoder block i sits at depth ``n_enc + i``; when ``n_enc`` is None it is taken from the data.
     """
     bad = 0
-    raw: dict[str, dict[int, dict[tuple[str, int], float]]] = {attr: {} for attr in PROFILES.values()}
+    attrs = (*PROFILES.values(), *SITE_PROFILES.values())
+    raw: dict[str, dict[int, dict[Metric, float]]] = {attr: {} for attr in attrs}
     with path.open(encoding="utf-8", errors="replace") as f:
         for line in f:
             if not line.strip():
@@ -107,10 +113,15 @@ def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
     if not run.series and not raw["rms"]:
         run.notes.append("no metrics logged")
     if n_enc is None:
-        n_enc = n_enc_layers_seen(block for rec in raw["rms"].values() for block in rec)
+        n_enc = n_enc_layers_seen((m.stack, m.layer) for records in raw.values() for rec in records.values() for m in rec)
     for name, records in raw.items():
-        profiles = {step: {depth(s, i, n_enc): v for (s, i), v in rec.items()} for step, rec in records.items()}
-        setattr(run, name, profiles)
+        setattr(run, name, {step: {_place(m, n_enc): v for m, v in rec.items()} for step, rec in records.items()})
+
+
+def _place(m: Metric, n_enc: int) -> int | BlockSite:
+    """A block metric's key in its Run attribute: its depth, or its BlockSite for a per-site metric."""
+    at = depth(m.stack, m.layer, n_enc)
+    return at if (m.family, m.site, m.stat) in PROFILES else BlockSite(at, m.block, m.site)
 
 
 def _add_row(row: dict[str, Any], series: dict, raw: dict) -> None:
@@ -119,8 +130,26 @@ def _add_row(row: dict[str, Any], series: dict, raw: dict) -> None:
     for key, value in row.items():
         if key.startswith(SERIES_PREFIXES):
             series.setdefault(key, []).append((step, finite(value)))
-        elif (m := parse(key)) and (attr := PROFILES.get((m.family, m.site, m.stat))) and (value := finite(value)) is not None:
-            raw[attr].setdefault(step, {})[(m.stack, m.layer)] = value
+        elif (m := parse(key)) is None:
+            continue
+        elif m.stack is None:  # stack-less telemetry: one number per record, a series like train/loss
+            series.setdefault(key, []).append((step, finite(value)))
+        elif (value := finite(value)) is None:
+            continue
+        elif attr := PROFILES.get((m.family, m.site, m.stat)) or SITE_PROFILES.get((m.family, m.stat)):
+            _keep(raw[attr], step, m, value, last_only=attr in LAST_RECORD_ONLY)
+
+
+def _keep(records: dict[int, dict[Metric, float]], step: int, m: Metric, value: float, last_only: bool) -> None:
+    """Add ``value`` to ``records`` at ``step``; with ``last_only``, records of earlier steps are dropped
+    and a value older than the latest record ignored."""
+    if last_only and records:
+        latest = max(records)  # the one step kept
+        if step < latest:
+            return
+        if step > latest:
+            records.clear()
+    records.setdefault(step, {})[m] = value
 
 
 def read_status(path: Path, run: Run) -> None:

@@ -10,10 +10,8 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from analysis.runs import TASKS
-from analysis.stats import Values, mean_band
+from analysis.stats import Values, mean_at, mean_band
 from analysis.variants import Variant, averaged_runs
 
 DASHES = ("dot", "dash", "solid")  # profile lines, earliest step first
@@ -22,8 +20,11 @@ DASHES = ("dot", "dash", "solid")  # profile lines, earliest step first
 @dataclass
 class Line:
     """One curve of a panel. ``role``: ``run`` (one run), ``mean`` (a variant's mean over its runs, with
-    ``lo``/``hi`` the min-max band), ``diverged`` (one point: where a diverged run stopped) or ``profile``
-    (a variant's value vs depth at one step). ``hover``: a text per point (e.g. ``n = 2 of 3``), or None."""
+    ``lo``/``hi`` its band: min-max, or ± the standard error), ``diverged`` (one point: where a diverged run
+    stopped), ``profile`` (a variant's value vs depth at one step) or ``series`` (one of several curves vs step
+    of one variant's panel, e.g. one per block). ``hover``: a text per point (e.g. ``n = 2 of 3``), or None.
+    ``shade``: for lines told apart by order rather than by variant (blocks by depth, matrices in forward
+    order), the line's place on a sequential colour scale, 0 first to 1 last; None: the variant's colour."""
 
     name: str
     variant: str
@@ -34,6 +35,7 @@ class Line:
     hi: list[float | None] | None = None
     dash: str = "solid"
     hover: list[str] | None = None
+    shade: float | None = None
 
     @property
     def isolated(self) -> list[int]:
@@ -59,30 +61,34 @@ class Panel:
 
 
 def pick_steps(steps: Iterable[int], n: int) -> list[int]:
-    """Up to ``n`` of ``steps``: the first, the last and evenly spaced ones between (sorted, unique)."""
+    """Up to ``n`` of ``steps``: the first, the last and evenly spaced ones between (sorted, unique); the last
+    alone for ``n = 1``."""
     ordered = sorted(set(steps))
     if len(ordered) <= n:
         return ordered
+    if n == 1:
+        return ordered[-1:]
     return sorted({ordered[round(j * (len(ordered) - 1) / (n - 1))] for j in range(n)})
 
 
 def profile_lines(variant: Variant, attr: str, n_steps: int) -> Iterator[Line]:
     """One line per chosen telemetry step of ``variant``: value vs depth, the mean over the runs recorded
     at that step; its name ends in ``(n = k of N)`` when only k of the variant's N averaged runs were.
-    ``attr`` is ``rms`` or ``grad`` (see :class:`Run`)."""
+    ``attr`` is ``rms``, ``grad`` or ``kurtosis`` (see :class:`Run`)."""
     records = [getattr(r, attr) for r in averaged_runs(variant.runs)]
     chosen = pick_steps((s for rec in records for s in rec), min(n_steps, len(DASHES)))
     for j, step in enumerate(chosen):
-        per_depth: dict[int, list[float]] = {}
-        for rec in records:
-            for depth, value in rec.get(step, {}).items():
-                per_depth.setdefault(depth, []).append(value)
-        depths = sorted(per_depth)
+        mean = mean_at(records, step)
+        depths = sorted(mean)
         dash = DASHES[len(DASHES) - len(chosen) + j]  # the last step solid, earlier ones dashed
-        k = sum(step in rec for rec in records)
-        count = f" (n = {k} of {len(records)})" if k < len(records) else ""
-        yield Line(f"{variant.label} @ step {step}{count}", variant.label, "profile", depths,
-                   [float(np.mean(per_depth[d])) for d in depths], dash=dash)  # fmt: skip
+        yield Line(f"{variant.label} @ step {step}{runs_at(records, step)}", variant.label, "profile", depths,
+                   [mean[d] for d in depths], dash=dash)  # fmt: skip
+
+
+def runs_at(records: list[dict], step: int) -> str:
+    """`` (n = k of N)`` when only k of the N per-run ``records`` (step -> ...) have ``step``, else empty."""
+    k = sum(step in rec for rec in records)
+    return f" (n = {k} of {len(records)})" if k < len(records) else ""
 
 
 def mean_line(variant: Variant, metric: str, scale: float) -> Line:

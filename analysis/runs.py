@@ -9,7 +9,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,6 +23,15 @@ TASKS = {  # task -> (validation metric, test metrics, scale to display: fractio
 }
 
 
+class BlockSite(NamedTuple):
+    """Where a per-site block metric was recorded: ``depth`` in the depth order (encoder blocks, then decoder
+    blocks), ``block`` its name (``enc.1``), ``site`` the attention (``self_attn``) or matrix (``cross_attn.q``)."""
+
+    depth: int
+    block: str
+    site: str
+
+
 @dataclass
 class Run:
     """One run directory, reduced to what the report shows.
@@ -31,9 +40,13 @@ class Run:
         path: the run directory.
         label: its name on the page (path relative to the directory given on the command line).
         config: the flattened config (``norm.kind`` -> ``"rmsnorm"``); empty if unreadable.
-        series: metric -> [(step, value or None)] for ``train/``, ``val/``, ``test/``, ``perf/`` metrics.
+        series: metric -> [(step, value or None)] for ``train/``, ``val/``, ``test/``, ``perf/`` metrics and the
+            stack-less telemetry (``out/logz``, ``out/max_logit``, ``optim/below_eps``).
         rms: telemetry step -> depth -> RMS of the residual stream leaving that block.
         grad: telemetry step -> depth -> gradient norm of that block.
+        kurtosis: telemetry step -> depth -> kurtosis of the residual stream leaving that block.
+        max_logit: telemetry step -> attention -> its max logit (``attn/.../max_logit``).
+        sigma_max: the last telemetry step only -> matrix -> its largest singular value (``weight/.../sigma_max``).
         status: the parsed ``status.json``, or None when absent or unreadable.
         notes: problems met while reading (shown in the table).
     """
@@ -44,6 +57,9 @@ class Run:
     series: dict[str, list[tuple[int, float | None]]] = field(default_factory=dict)
     rms: dict[int, dict[int, float]] = field(default_factory=dict)
     grad: dict[int, dict[int, float]] = field(default_factory=dict)
+    kurtosis: dict[int, dict[int, float]] = field(default_factory=dict)
+    max_logit: dict[int, dict[BlockSite, float]] = field(default_factory=dict)
+    sigma_max: dict[int, dict[BlockSite, float]] = field(default_factory=dict)
     status: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 

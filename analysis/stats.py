@@ -1,33 +1,67 @@
-"""Statistics over a variant's runs: the mean curve with its min-max band, and the mean ± standard error.
+"""Statistics over a variant's runs: the mean curve with its min-max or standard-error band, the mean of
+per-run records at one step, and the mean ± standard error.
 
-Diverged runs are never averaged as if they had finished: :func:`mean_band` gives a mean only at
+Diverged runs are never averaged as if they had finished: :func:`curves_band` gives a mean only at
 steps where every run has a finite value.
 """
 
 import math
 import statistics
+from collections.abc import Hashable
 
 import numpy as np
 
 from analysis.runs import Run
 
 Values = list[float | None]  # a series with gaps (None: no finite value)
+Curve = list[tuple[int, float | None]]  # (step, value or None) of one run
+SPREADS = ("minmax", "stderr")
 
 
-def mean_band(runs: list[Run], metric: str) -> tuple[list[int], Values, Values, Values, list[int]]:
-    """(steps, mean, min, max, n) of ``metric`` over ``runs`` at every step any of them logged it. ``n`` counts
-    the runs with a finite value at that step; mean, min and max are None wherever ``n < len(runs)``, so a
-    diverged or stopped seed ends the mean instead of leaving it to the survivors."""
+def curves_band(curves: list[Curve], spread: str = "minmax") -> tuple[list[int], Values, Values, Values, list[int]]:
+    """(steps, mean, lo, hi, n) of ``curves`` (one per run) at every step any of them has. ``n`` counts the
+    curves with a finite value at that step; mean, lo and hi are None wherever ``n < len(curves)``, so a
+    diverged or stopped seed ends the mean instead of leaving it to the survivors. ``spread`` ``minmax``:
+    lo, hi = min, max; ``stderr``: mean ∓ the standard error of :func:`mean_stderr` (None for one curve).
+
+    Raises:
+        ValueError: ``spread`` not in ``SPREADS``.
+    """
+    if spread not in SPREADS:
+        raise ValueError(f"unknown spread {spread!r}; valid: {', '.join(SPREADS)}")
     by_step: dict[int, list[float]] = {}
-    for run in runs:
-        for step, value in run.series.get(metric, []):
+    for curve in curves:
+        for step, value in curve:
             by_step.setdefault(step, [])
             if value is not None:
                 by_step[step].append(value)
     steps = sorted(by_step)
-    complete = [by_step[s] if len(by_step[s]) == len(runs) else [] for s in steps]
-    stats = [(float(np.mean(v)), min(v), max(v)) if v else (None, None, None) for v in complete]
+    stats = [_band(by_step[s], spread) if len(by_step[s]) == len(curves) else (None, None, None) for s in steps]
     return steps, [s[0] for s in stats], [s[1] for s in stats], [s[2] for s in stats], [len(by_step[s]) for s in steps]
+
+
+def _band(values: list[float], spread: str) -> tuple[float | None, float | None, float | None]:
+    if not values:
+        return None, None, None
+    if spread == "minmax":
+        return float(np.mean(values)), min(values), max(values)
+    mean, stderr = mean_stderr(values)
+    return mean, None if stderr is None else mean - stderr, None if stderr is None else mean + stderr
+
+
+def mean_band(runs: list[Run], metric: str) -> tuple[list[int], Values, Values, Values, list[int]]:
+    """(steps, mean, min, max, n) of ``metric`` over ``runs``' series (:func:`curves_band`, min-max)."""
+    return curves_band([run.series.get(metric, []) for run in runs])
+
+
+def mean_at(records: list[dict[int, dict[Hashable, float]]], step: int) -> dict[Hashable, float]:
+    """key -> the mean of its values at ``step`` over ``records`` (step -> key -> value, one per run);
+    a run without ``step``, or without the key there, is left out of that key's mean."""
+    pooled: dict[Hashable, list[float]] = {}
+    for record in records:
+        for key, value in record.get(step, {}).items():
+            pooled.setdefault(key, []).append(value)
+    return {key: float(np.mean(values)) for key, values in pooled.items()}
 
 
 def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:

@@ -225,6 +225,17 @@ def matrix_site(residual: str, role: str) -> str:
     return _MATRIX_SITES[residual, role]
 
 
+def matrix_role(site: str) -> tuple[str, str]:
+    """The (residual, ``linear_roles()`` role) of the ``WEIGHT_SITES`` matrix ``site``, the inverse of
+    :func:`matrix_site` (``cross_attn.q`` -> ``cross_attn``, ``attn.q``; ``ffn.in`` -> ``ffn``, ``ffn.in``).
+
+    Raises:
+        ValueError: a site outside ``WEIGHT_SITES`` (the message lists the valid ones).
+    """
+    _check("matrix site", site, WEIGHT_SITES)
+    return next(pair for pair, name in _MATRIX_SITES.items() if name == site)
+
+
 def weight_spectrum(stack: str, layer: int, matrix: str, stat: str) -> Metric:
     """``weight/{stack}.{layer}.{matrix}/{stat}``, ``matrix`` in ``WEIGHT_SITES``, ``stat`` in ``WEIGHT_STATS``."""
     return Metric("weight", stack, layer, matrix, stat)

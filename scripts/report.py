@@ -13,7 +13,9 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   plotly.js is embedded: the page works offline. Once every chart has drawn, ``<body data-plots-drawn>``
   equals ``data-plots-expected``; JavaScript errors (uncaught, rejected promises, ``console.error``)
   are counted in ``<html data-js-errors>``.
-- one PNG per chart (``loss.png``, ``val_loss.png``, ``val_per.png``, ``rms_vs_depth.png``, ``grad_vs_depth.png``).
+- one PNG per chart (``loss.png``, ``val_loss.png``, ``val_per.png``, ``rms_vs_depth.png``, ``grad_vs_depth.png``), and
+  those of the stability charts that have data (``analysis/stability.py``): ``attn_max_logit_<j>.png`` and
+  ``sigma_max_vs_depth_<j>.png`` for the j-th variant, ``out_logz.png``, ``kurtosis_vs_depth.png``.
 
 A run with ``probe/*.png`` (``python -m scripts.probe RUN_DIR``) gets a "Probes" section showing them.
 
@@ -37,18 +39,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 import plotly.io as pio  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from analysis.load import ReportError, load_runs  # noqa: E402
 from analysis.panels import Line, Panel, build_panels  # noqa: E402
 from analysis.runs import TASKS, Run, detect_task  # noqa: E402
+from analysis.stability import stability_panels  # noqa: E402
 from analysis.stats import mean_stderr  # noqa: E402
 from analysis.variants import Variant, group_variants  # noqa: E402
 from training.spikes import SERIES  # noqa: E402
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MPL_DASH = {"solid": "-", "dash": "--", "dot": ":"}
+SHADES = matplotlib.colormaps["viridis"]  # shaded lines (Line.shade), e.g. blocks by depth
 DIVERGED_LABEL = "x: a diverged run's last finite value"
 DRAWN_JS = "document.body.dataset.plotsDrawn = String(Number(document.body.dataset.plotsDrawn || 0) + 1);"
 ERRORS_JS = """window.reportErrors = [];
@@ -78,6 +83,12 @@ def variant_colors(variants: list[Variant]) -> dict[str, str]:
     return {v.label: COLORS[i % len(COLORS)] for i, v in enumerate(variants)}
 
 
+def line_color(line: Line, colors: dict[str, str]) -> str:
+    """The line's colour: its variant's, or for a shaded line its place on viridis (up to 0.9 of it: the
+    last yellow hardly shows on white)."""
+    return colors[line.variant] if line.shade is None else to_hex(SHADES(0.9 * line.shade))
+
+
 def _rgba(hex_color: str, alpha: float) -> str:
     r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
@@ -88,7 +99,7 @@ def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
     ``mean``, ``band``, ``diverged`` or ``profile``), so the page's figure JSON says which curve is which."""
     fig = go.Figure()
     for line in panel.lines:
-        _add_traces(fig, line, colors[line.variant])
+        _add_traces(fig, line, line_color(line, colors))
     fig.update_layout(title=panel.title, template="plotly_white", margin={"t": 50, "b": 40},
                       legend={"orientation": "h", "yanchor": "top", "y": -0.15, "font": {"size": 10}})  # fmt: skip
     fig.update_xaxes(title=panel.xlabel, **({"dtick": 1} if panel.integer_x else {}))
@@ -100,10 +111,12 @@ def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
 
 def _add_traces(fig: go.Figure, line: Line, color: str) -> None:
     """The trace(s) of one line. A point with no finite neighbour gets a marker (plotly draws no line through
-    a lone point); a ``diverged`` line is an ``x`` marker."""
+    a lone point); a ``diverged`` line is an ``x`` marker. Lines of one variant told apart by shade toggle
+    one by one in the legend, the others by variant."""
     meta = {"role": line.role, "variant": line.variant}
-    common = {"x": line.x, "mode": "lines", "legendgroup": line.variant, "connectgaps": False, "hovertext": line.hover}
-    if (lone := line.isolated) and line.role in ("run", "mean"):
+    group = line.variant if line.shade is None else line.name
+    common = {"x": line.x, "mode": "lines", "legendgroup": group, "connectgaps": False, "hovertext": line.hover}
+    if (lone := line.isolated) and line.role in ("run", "mean", "series"):
         common["mode"] = "lines+markers"
         common["marker"] = {"size": [7 if i in lone else 0 for i in range(len(line.y))], "color": color}
     if line.role == "run":
@@ -118,6 +131,8 @@ def _add_traces(fig: go.Figure, line: Line, color: str) -> None:
     elif line.role == "diverged":
         fig.add_scatter(y=line.y, name=line.name, **{**common, "mode": "markers"}, showlegend=False, meta=meta,
                         marker={"symbol": "x", "size": 11, "color": color, "line": {"width": 1, "color": "#222"}})  # fmt: skip
+    elif line.role == "series":
+        fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash, "width": 1.5}, meta=meta, **common)
     else:
         common["mode"] = "lines+markers"
         fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash}, meta=meta, **common)
@@ -133,7 +148,7 @@ def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
     """The matplotlib version of ``panel`` (markers as in :func:`plotly_figure`); the caller closes it."""
     fig, ax = plt.subplots(figsize=(9, 5))
     for line in panel.lines:
-        x, y, color = np.asarray(line.x, dtype=float), np.asarray(line.y, dtype=float), colors[line.variant]
+        x, y, color = np.asarray(line.x, dtype=float), np.asarray(line.y, dtype=float), line_color(line, colors)
         lone = {"marker": "o", "ms": 5, "markevery": line.isolated} if line.isolated else {}
         if line.role == "run":
             ax.plot(x, y, color=color, lw=0.8, alpha=0.4, **lone)
@@ -143,6 +158,8 @@ def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
         elif line.role == "diverged":  # one legend entry for all the x's of the chart
             label = DIVERGED_LABEL if DIVERGED_LABEL not in ax.get_legend_handles_labels()[1] else None
             ax.plot(x, y, color=color, ls="none", marker="x", ms=9, mew=2, label=label)
+        elif line.role == "series":
+            ax.plot(x, y, color=color, ls=MPL_DASH.get(line.dash, "-"), lw=1.2, label=line.name, **lone)
         else:
             ax.plot(x, y, color=color, ls=MPL_DASH.get(line.dash, "-"), marker="o", ms=3, label=line.name)
     has_positive = any(v is not None and v > 0 for line in panel.lines for v in line.y)
@@ -153,8 +170,8 @@ def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
     if panel.note:
         ax.text(0.5, 0.5, panel.note, ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set(title=panel.title, xlabel=panel.xlabel, ylabel=panel.ylabel)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    if n_labels := len(ax.get_legend_handles_labels()[0]):  # one block per line: more columns
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2 if n_labels < 12 else 4, frameon=False)
     return fig
 
 
@@ -314,7 +331,11 @@ def header_html(dirs: list[Path], runs: list[Run], variants: list[Variant], pngs
         "thick lines the mean over the variant's runs with a min-max band, drawn only at steps where every one of "
         "them has a finite value (hover: n = k of N); × marks a diverged run's last finite value (hover: its "
         "divergence step); a lone point gets a dot. Depth: encoder blocks, then decoder blocks; values are means over "
-        "the variant's runs recorded at that step. Variant table: means over finished runs only, "
+        "the variant's runs recorded at that step. Stability charts (where telemetry recorded them): per variant, "
+        "attention max logit vs step (one line per attention, shallow blocks dark, deep ones light; cross-attention "
+        "dashed) and spectral norm vs depth (one line per matrix) at its last record; log Z of the output logits vs "
+        "step (mean ± stderr band) and block-output kurtosis vs depth at the last record, one line per variant. "
+        "Variant table: means over finished runs only, "
         "± the standard error of the mean (sample std / √n), n the runs averaged.</p>\n"
         f'<p class="note">PNGs: {links}</p>'
     )
@@ -352,7 +373,7 @@ def build_report(dirs: list[Path], out: Path) -> Path:
     variants = group_variants(runs)
     task = detect_task(runs)
     colors = variant_colors(variants)
-    panels = build_panels(variants, task)
+    panels = build_panels(variants, task) + stability_panels(variants)
     out.mkdir(parents=True, exist_ok=True)
     pngs = [save_png(p, colors, out) for p in panels]
     plots = [figure_html(plotly_figure(p, colors), f"plot-{p.key}", include_plotlyjs=(i == 0)) for i, p in enumerate(panels)]

@@ -7,8 +7,12 @@ Without ``--save`` it only builds the workspace and prints its outline (no netwo
 
 The workspace shows the runs whose wandb group is G (train.py sets it from ``logger.group``), grouped
 by ``norm.placement``, ``norm.kind`` and ``norm.impl`` (each group drawn as the mean over its runs with
-a min-max band), in four sections: loss, PER/WER, the RMS of the residual stream leaving each block
-(``act/{enc|dec}.{i}.out/rms``, log scale), and each block's gradient norm (``grad/{enc|dec}.{i}/norm``).
+a min-max band), in sections: loss, PER/WER, the RMS of the residual stream leaving each block
+(``act/{enc|dec}.{i}.out/rms``, log scale), each block's gradient norm (``grad/{enc|dec}.{i}/norm``), each
+block's attention max logits (``attn/{enc|dec}.{i}.{a}/max_logit``), each block's matrices' spectral norms
+(``weight/{enc|dec}.{i}.{m}/sigma_max``, log scale), and the output logits and optimizer state (``out/logz``,
+``out/max_logit``, ``optim/below_eps``). Learned scales (``scale/``) are left to wandb's automatic panels: which
+exist depends on the norm.
 """
 
 import argparse
@@ -18,7 +22,20 @@ import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
 
 from analysis.variants import NORM_KEYS
-from model.metric_names import act, blocks, grad_norm
+from model.metric_names import (
+    ATTENTIONS,
+    FAMILY_STATS,
+    RESIDUALS,
+    WEIGHT_SITES,
+    act,
+    adam_below_eps,
+    attn_max_logit,
+    blocks,
+    grad_norm,
+    matrix_role,
+    output_logits,
+    weight_spectrum,
+)
 
 MAX_RUNS = 100  # runs a panel draws; a sweep is usually 10-50
 
@@ -27,6 +44,30 @@ def line(title: str, metrics: list[str], log_y: bool = False) -> wr.LinePlot:
     """A line plot of ``metrics`` vs step, each runset group drawn as its mean with a min-max band."""
     return wr.LinePlot(title=title, x="Step", y=metrics, log_y=log_y or None, groupby_aggfunc="mean",
                        groupby_rangefunc="minmax", max_runs_to_show=MAX_RUNS)  # fmt: skip
+
+
+def _residuals(stack: str) -> tuple[str, ...]:
+    """The residual sublayers of a block of ``stack``: an encoder block has no cross-attention."""
+    return tuple(r for r in RESIDUALS if stack == "dec" or r != ATTENTIONS[1])
+
+
+def stability_sections(n_enc_layers: int, n_dec_layers: int) -> list[ws.Section]:
+    """Per block, its attentions' max logits and its matrices' spectral norms; then the output logits'
+    ``out/`` and the optimizer state's ``optim/below_eps`` (one panel each)."""
+    layout = ws.SectionLayoutSettings(columns=max(1, min(n_enc_layers, 4)), rows=2)
+    max_logit, sigma_max = [], []
+    for stack, i in blocks(n_enc_layers, n_dec_layers):
+        logits = [attn_max_logit(stack, i, a) for a in ATTENTIONS if a in _residuals(stack)]
+        max_logit.append(line(f"{logits[0].block} attention max logit", [m.name for m in logits]))
+        matrices = [m for m in WEIGHT_SITES if matrix_role(m)[0] in _residuals(stack)]
+        spectra = [weight_spectrum(stack, i, m, "sigma_max") for m in matrices]
+        sigma_max.append(line(f"{spectra[0].block} sigma_max", [m.name for m in spectra], log_y=True))
+    whole = [output_logits(stat) for stat in FAMILY_STATS["out"]] + [adam_below_eps()]
+    return [
+        ws.Section(name="Attention max logit per block", panels=max_logit, layout_settings=layout),
+        ws.Section(name="Spectral norm per block", panels=sigma_max, layout_settings=layout),
+        ws.Section(name="Output logits and optimizer state", panels=[line(m.name, [m.name]) for m in whole]),
+    ]
 
 
 def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_dec_layers: int) -> ws.Workspace:
@@ -73,6 +114,7 @@ def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_
             panels=[line(f"{m.block} grad norm", [m.name], log_y=True) for m in grads],
             layout_settings=ws.SectionLayoutSettings(columns=max(1, min(n_enc_layers, 4)), rows=2),
         ),
+        *stability_sections(n_enc_layers, n_dec_layers),
     ]
     return ws.Workspace(
         entity=entity,

@@ -30,6 +30,8 @@ from model.metric_names import (
     derive_stats,
     grad_norm,
     learned_scale,
+    matrix_role,
+    matrix_site,
     n_enc_layers_seen,
     output_logits,
     parse,
@@ -233,3 +235,10 @@ def test_no_other_source_file_builds_or_parses_a_metric_name():
         if builds_a_metric_name(text)
     }
     assert not offenders
+
+
+def test_matrix_role_inverts_matrix_site():
+    assert matrix_role("cross_attn.q") == ("cross_attn", "attn.q") and matrix_role("ffn.out") == ("ffn", "ffn.out")
+    assert all(matrix_site(*matrix_role(site)) == site for site in WEIGHT_SITES)
+    with pytest.raises(ValueError, match=r"unknown metric matrix site 'ffn.q'; valid: self_attn.q, "):
+        matrix_role("ffn.q")

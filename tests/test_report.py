@@ -430,8 +430,9 @@ def chromium() -> str | None:
     return next((p for name in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(name))), None)
 
 
-def draw_in_chromium(page: Path, profile: Path) -> str:
-    """The DOM of ``page`` once headless Chromium has run its scripts; fails on a JavaScript error or an undrawn chart."""
+def draw_in_chromium(page: Path, profile: Path, charts: int = 5) -> str:
+    """The DOM of ``page`` (of ``charts`` charts) once headless Chromium has run its scripts; fails on a JavaScript
+    error or an undrawn chart."""
     binary = chromium()
     if binary is None:
         pytest.skip("chromium not found: apt-get install chromium")
@@ -443,7 +444,7 @@ def draw_in_chromium(page: Path, profile: Path) -> str:
     body_tag = re.search(r"<body[^>]*>", done.stdout).group(0)
     assert "data-js-errors" not in html_tag, html_tag
     assert "Uncaught" not in done.stderr, [line for line in done.stderr.splitlines() if "Uncaught" in line]
-    assert 'data-plots-expected="5"' in body_tag and 'data-plots-drawn="5"' in body_tag, body_tag
+    assert f'data-plots-expected="{charts}"' in body_tag and f'data-plots-drawn="{charts}"' in body_tag, body_tag
     return done.stdout
 
 

@@ -19,13 +19,30 @@ def panel_metrics(section) -> list[list[str]]:
 def test_sections_and_panels(workspace) -> None:
     assert (workspace.entity, workspace.project) == ("my-team", "normlab")
     sections = {s.name: s for s in workspace.sections}
-    assert list(sections) == ["Loss", "PER / WER", "Residual RMS per block", "Gradient norm per block"]
+    stability = ["Attention max logit per block", "Spectral norm per block", "Output logits and optimizer state"]
+    assert list(sections) == ["Loss", "PER / WER", "Residual RMS per block", "Gradient norm per block", *stability]
     assert panel_metrics(sections["Loss"]) == [["train/loss"], ["val/loss"]]
     assert panel_metrics(sections["PER / WER"]) == [["val/per"], ["val/wer"], ["test/per", "test/wer"]]
     blocks = ["enc.0", "enc.1", "dec.0", "dec.1", "dec.2"]
     assert panel_metrics(sections["Residual RMS per block"]) == [[f"act/{b}.out/rms"] for b in blocks]
     assert panel_metrics(sections["Gradient norm per block"]) == [[f"grad/{b}/norm"] for b in blocks]
     assert all(p.log_y for p in sections["Residual RMS per block"].panels)
+
+
+def test_stability_sections(workspace) -> None:
+    sections = {s.name: s for s in workspace.sections}
+    attn = [["attn/enc.0.self_attn/max_logit"], ["attn/enc.1.self_attn/max_logit"]]
+    attn += [[f"attn/dec.{i}.self_attn/max_logit", f"attn/dec.{i}.cross_attn/max_logit"] for i in range(3)]
+    assert panel_metrics(sections["Attention max logit per block"]) == attn
+    assert [p.title for p in sections["Attention max logit per block"].panels][:3] == [
+        "enc.0 attention max logit", "enc.1 attention max logit", "dec.0 attention max logit"]  # fmt: skip
+    spectra = panel_metrics(sections["Spectral norm per block"])
+    enc = ["self_attn.q", "self_attn.k", "self_attn.v", "self_attn.out", "ffn.in", "ffn.out"]
+    dec = [*enc[:4], "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.out", *enc[4:]]
+    assert spectra[1] == [f"weight/enc.1.{m}/sigma_max" for m in enc]  # no cross-attention in an encoder block
+    assert spectra[4] == [f"weight/dec.2.{m}/sigma_max" for m in dec] and len(spectra) == 5
+    assert all(p.log_y for p in sections["Spectral norm per block"].panels)
+    assert panel_metrics(sections["Output logits and optimizer state"]) == [["out/logz"], ["out/max_logit"], ["optim/below_eps"]]
     assert all(p.groupby_aggfunc == "mean" and p.groupby_rangefunc == "minmax" for s in workspace.sections for p in s.panels)
 
 

@@ -21,6 +21,11 @@ from model.metric_names import DEPTH_CHART, FAMILIES, depth_profile
 from training.atomic import atomic_write
 from training.status import read_status, write_status
 
+# The prefixes of everything logged per step, each plotted against trainer/step in wandb: the trainer's own and
+# every telemetry family of metric_names (optim/ is shared by both). wandb takes a glob only as a prefix: "p/*"
+# matches every name starting with "p/" (wandb-core internal/runmetric, matchGlobMetric).
+STEP_METRIC_PREFIXES = tuple(dict.fromkeys(("train", "val", "test", "optim", "perf", "mem", *FAMILIES)))
+
 
 def wandb_mode() -> str:
     """``WANDB_MODE`` if set, else ``online`` when an API key is configured, else ``offline``."""
@@ -134,10 +139,16 @@ def start_wandb(run_dir: Path, init_kwargs: dict[str, Any], resume_step: int, la
         run = wandb.init(**kwargs, **({"id": run_id, "resume": "allow"} if run_id else {}))
     if not run_id:
         write_status(run_dir, wandb_id=run.id)
-    run.define_metric("trainer/step")
-    for prefix in dict.fromkeys(("train", "val", "test", "optim", "perf", "mem", *FAMILIES)):  # telemetry shares optim/
-        run.define_metric(f"{prefix}/*", step_metric="trainer/step")
+    define_step_metrics(run)
     if mode == "offline":
         wandb_dir = Path(run.dir).parents[1]  # <run_dir>/wandb: every attempt's offline-run-*-<id> folder
         print(f"wandb is offline (no API key found); upload every attempt of this run later with: wandb sync {wandb_dir}")
     return run
+
+
+def define_step_metrics(run: Any) -> None:
+    """Make ``trainer/step`` the x axis of every metric under ``STEP_METRIC_PREFIXES`` in the wandb ``run``
+    (``run.define_metric``, one prefix glob each)."""
+    run.define_metric("trainer/step")
+    for prefix in STEP_METRIC_PREFIXES:
+        run.define_metric(f"{prefix}/*", step_metric="trainer/step")

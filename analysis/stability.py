@@ -1,0 +1,105 @@
+"""The report's stability charts (issue 14) as plain data, beside :mod:`analysis.panels`' (same records, same
+renderers), from the telemetry in each run's metrics.jsonl:
+
+- attention max logit vs step, one panel per variant: a line per attention of each block (colour by depth,
+  self-attention solid, cross-attention dashed), the mean over the variant's runs that recorded it;
+- ``out/logz`` vs step: a line per variant, the mean over its runs with a ± standard-error band;
+- spectral norm (``sigma_max``) vs depth at the last record, one panel per variant: a line per matrix
+  (colour by kind in forward order, q, k, v, out, ffn.in, ffn.out; cross-attention dashed);
+- block-output kurtosis vs depth at the last record: a line per variant.
+
+A chart (or a variant's panel) with no data, e.g. from runs recorded before these metrics existed, is
+left out, not drawn empty. Per-variant panels are keyed by the variant's place in the page's variant
+table (``attn_max_logit_2``: the second variant).
+"""
+
+from analysis.panels import Line, Panel, depth_panel, runs_at
+from analysis.runs import BlockSite, Run
+from analysis.stats import curves_band, mean_at
+from analysis.variants import Variant, averaged_runs
+from model.metric_names import ATTENTIONS, MATRIX_ROLES, matrix_role, output_logits
+
+SELF, CROSS = ATTENTIONS
+
+
+def _dash(residual: str) -> str:
+    """Cross-attention lines dashed, self-attention and FFN ones solid."""
+    return "dash" if residual == CROSS else "solid"
+
+
+def _recorded(variant: Variant, attr: str) -> list[Run]:
+    """The variant's averaged runs that recorded ``attr`` (a Run telemetry attribute) at least once."""
+    return [r for r in averaged_runs(variant.runs) if getattr(r, attr)]
+
+
+def max_logit_lines(variant: Variant) -> list[Line]:
+    """One ``series`` line per attention (BlockSite) of ``variant``: max logit vs step, the mean over the runs
+    that recorded max logits, drawn only at steps where each of them has this attention's value
+    (:func:`curves_band`). Lines in depth order, self- before cross-attention."""
+    runs = _recorded(variant, "max_logit")
+    sites = sorted({site for r in runs for rec in r.max_logit.values() for site in rec}, key=lambda s: (s.depth, s.site != SELF))
+    deepest = max((s.depth for s in sites), default=0)
+    lines = []
+    for site in sites:
+        curves = [[(step, rec.get(site)) for step, rec in sorted(r.max_logit.items())] for r in runs]
+        steps, mean, _, _, n = curves_band(curves)
+        lines.append(Line(f"{site.block} {site.site}", variant.label, "series", steps, mean, dash=_dash(site.site),
+                          hover=[f"n = {k} of {len(runs)}" for k in n], shade=site.depth / max(deepest, 1)))  # fmt: skip
+    return lines
+
+
+def logz_line(variant: Variant) -> Line | None:
+    """``out/logz`` vs step of ``variant``: the mean over the runs that logged it with a ± standard-error
+    band (:func:`curves_band`, ``stderr``); None when none did."""
+    metric = output_logits("logz").name
+    runs = [r for r in averaged_runs(variant.runs) if any(v is not None for _, v in r.series.get(metric, []))]
+    if not runs:
+        return None
+    steps, mean, lo, hi, n = curves_band([r.series[metric] for r in runs], "stderr")
+    return Line(f"{variant.label} (mean ± stderr of {len(runs)})", variant.label, "mean", steps, mean, lo, hi,
+                hover=[f"n = {k} of {len(runs)}" for k in n])  # fmt: skip
+
+
+def _matrix_order(site: str) -> tuple[int, int]:
+    """Kind (forward order of ``MATRIX_ROLES``), then self- before cross-attention."""
+    residual, role = matrix_role(site)
+    return MATRIX_ROLES.index(role), int(residual == CROSS)
+
+
+def sigma_max_lines(variant: Variant) -> tuple[int | None, str, list[Line]]:
+    """(step, ``(n = k of N)`` or empty, lines) of ``variant``'s spectral norms vs depth at its last record step
+    (the latest any of its runs recorded): one ``profile`` line per matrix site, the mean over the runs
+    recorded at that step; step None and no lines when no run recorded any."""
+    records = [r.sigma_max for r in _recorded(variant, "sigma_max")]
+    step = max((s for rec in records for s in rec), default=None)
+    if step is None:
+        return None, "", []
+    mean: dict[BlockSite, float] = mean_at(records, step)
+    lines = []
+    for matrix in sorted({s.site for s in mean}, key=_matrix_order):
+        points = sorted((s.depth, v) for s, v in mean.items() if s.site == matrix)
+        shade = _matrix_order(matrix)[0] / (len(MATRIX_ROLES) - 1)
+        lines.append(Line(matrix, variant.label, "profile", [d for d, _ in points], [v for _, v in points],
+                          dash=_dash(matrix_role(matrix)[0]), shade=shade))  # fmt: skip
+    return step, runs_at(records, step), lines
+
+
+def stability_panels(variants: list[Variant]) -> list[Panel]:
+    """The stability charts with data, in page order (see the module docstring)."""
+    panels = []
+    for j, variant in enumerate(variants, 1):
+        if lines := max_logit_lines(variant):
+            n = len(_recorded(variant, "max_logit"))
+            panels.append(Panel(f"attn_max_logit_{j}", f"Attention max logit vs step: {variant.label} (mean of {n})",
+                                "training step", "max logit q·k/√d_head", lines))  # fmt: skip
+    if logz := [line for v in variants if (line := logz_line(v))]:
+        panels.append(Panel("out_logz", "Output log Z vs step", "training step", "mean log Z over target tokens", logz))
+    for j, variant in enumerate(variants, 1):
+        step, count, lines = sigma_max_lines(variant)
+        if lines:
+            title = f"Spectral norm vs depth at step {step}{count}: {variant.label}"
+            panels.append(Panel(f"sigma_max_vs_depth_{j}", title, "block (encoder, then decoder)", "sigma_max",
+                                lines, log_y=True, integer_x=True))  # fmt: skip
+    kurtosis = depth_panel(variants, "kurtosis_vs_depth", "kurtosis", 1, "Block-output kurtosis vs depth (last record)",
+                           "kurtosis of the block output")  # fmt: skip
+    return [*panels, *([kurtosis] if kurtosis.lines else [])]

@@ -1,0 +1,57 @@
+"""training/loggers.py: wandb plots every per-step metric, telemetry included, against ``trainer/step``."""
+
+import pytest
+
+from model.metric_names import (
+    FAMILIES,
+    act,
+    adam_below_eps,
+    adam_rms,
+    attn_max_logit,
+    grad_norm,
+    learned_scale,
+    output_logits,
+    weight_spectrum,
+)
+from training import loggers
+
+# one name of each telemetry family
+SAMPLES = [
+    act("dec", 1, "cross_attn.k_norm", "kurtosis"),
+    grad_norm("enc", 0),
+    adam_rms("dec", 1),
+    attn_max_logit("dec", 1, "cross_attn"),
+    weight_spectrum("dec", 1, "cross_attn.v", "sigma_max"),
+    learned_scale("enc", 0, "ffn.norm_in", "gain_mean"),
+    output_logits("logz"),
+    adam_below_eps(),
+]
+
+
+class FakeRun:
+    """Records ``define_metric`` calls as a ``wandb.Run`` would receive them."""
+
+    id, dir = "abc123", "unused"
+
+    def __init__(self) -> None:
+        self.defined: list[tuple[str, dict]] = []
+
+    def define_metric(self, name: str, **kwargs) -> None:
+        self.defined.append((name, kwargs))
+
+
+def test_every_telemetry_family_is_plotted_against_the_trainer_step(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import wandb
+
+    run = FakeRun()
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: run)
+    assert loggers.start_wandb(tmp_path, {"project": "normlab"}, resume_step=0, last_logged=0) is run
+    assert run.defined[0] == ("trainer/step", {})
+    globs = [name for name, kwargs in run.defined if kwargs == {"step_metric": "trainer/step"}]
+    assert len(globs) == len(run.defined) - 1 == len(set(globs))
+    assert all(g.endswith("/*") and "*" not in g[:-1] for g in globs)  # prefix globs: all wandb supports
+    assert {m.family for m in SAMPLES} == set(FAMILIES)  # a new family needs a sample here
+    # wandb-core matches a glob by the prefix before its "*" (internal/runmetric, matchGlobMetric)
+    for name in [m.name for m in SAMPLES] + ["train/loss", "val/per", "test/bleu", "optim/lr", "perf/tokens_per_s"]:
+        assert [g for g in globs if name.startswith(g[:-1])] == [f"{name.split('/')[0]}/*"], name
