@@ -42,13 +42,18 @@ def batch(seed=0, pad=True):
     return src, tgt_in, tgt_out
 
 
-def record(model, src, tgt_in, tgt_out, cfg=FULL) -> dict[str, float]:
-    tele = Telemetry(model, cfg)
+def watch_backward(tele: Telemetry, model, src, tgt_in, tgt_out) -> None:
+    """One watched forward pass, its output logits and its backward pass, as a training step records them."""
     with tele.watch(src.eq(0), tgt_out.eq(0)):
         logits = model(src, tgt_in)
     tele.record_logits(logits, tgt_out.eq(0))
     F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
     tele.record_grad_norms()
+
+
+def record(model, src, tgt_in, tgt_out, cfg=FULL) -> dict[str, float]:
+    tele = Telemetry(model, cfg)
+    watch_backward(tele, model, src, tgt_in, tgt_out)
     return tele.collect()
 
 
@@ -347,13 +352,8 @@ def doc_pattern(pattern: str) -> re.Pattern:
 
 def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]:
     """Everything ``cfg`` records on one AdamW step of ``model`` over ``batch()``."""
-    src, tgt_in, tgt_out = batch()
     tele = Telemetry(model, cfg)
-    with tele.watch(src.eq(0), tgt_out.eq(0)):
-        logits = model(src, tgt_in)
-    tele.record_logits(logits, tgt_out.eq(0))
-    F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
-    tele.record_grad_norms()
+    watch_backward(tele, model, *batch())
     tele.record_parameters()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     with tele.watch_update():
