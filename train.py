@@ -30,7 +30,7 @@ from training.checkpoint import LATEST
 from training.flops import train_flops
 from training.interrupt import RunInterrupted, StopRequest
 from training.renames import renamed_override
-from training.run import final_test, save_run, start_run, validate_run
+from training.run import final_test, log_init_loss, save_run, start_run, validate_run
 from training.schema import validate
 from training.status import DONE, read_status, write_status
 from training.step import train_step
@@ -84,6 +84,8 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     window = LogWindow(run.device, z_loss=run.step_options.z_loss > 0)
     run.model.train()
     try:
+        if run.step == 0 and is_main:
+            log_init_loss(run)
         with StopRequest() as stop, tqdm(total=tc.max_steps, initial=run.step, desc="train", disable=not is_main) as bar:
             while run.step < tc.max_steps:
                 batches = next(stream)

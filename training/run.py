@@ -184,6 +184,12 @@ def validate_run(run: Run) -> str:
     return f"val loss {val['val/loss']:.3f}, {run.task.describe(scores)}"
 
 
+def log_init_loss(run: Run) -> None:
+    """``val/loss`` at step 0, before the first update (rank 0 only): the loss at initialization, l0 of the LR
+    sensitivity (Wortsman et al. 2023, §2.2; ``analysis/lrs.py``). No RNG is drawn, so training is unchanged."""
+    run.logger.log(0, {"val/loss": evaluate_loss(run.model, run.task.data["valid"], run.cfg.trainer.max_tokens, run.device)})
+
+
 def save_run(run: Run) -> None:
     """Checkpoint the run (rank 0 writes; every rank hands in its own RNG streams, a collective, so
     every rank calls this on the same steps) and record its progress in ``status.json`` (step, time,
