@@ -1,6 +1,6 @@
 """A local dashboard for a sweep: one self-contained HTML page plus PNGs, offline.
 
-    python -m scripts.report SWEEP_DIR [SWEEP_DIR ...] [--out DIR]    # from the repository root
+    python -m scripts.report SWEEP_DIR [SWEEP_DIR ...] [--out DIR] [--baseline VARIANT]    # from the repository root
 
 Reads every run directory (``config.yaml`` + ``metrics.jsonl``, optionally ``status.json``) under the
 given directories (a Hydra multirun dir, a single run dir, or several) and writes into ``--out``
@@ -9,23 +9,30 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
 - ``index.html``: training loss, validation loss and validation PER (BLEU for translation runs) vs step
   (a thin line per run; per variant the mean over seeds with a min-max band, drawn only where every
   seed has a value; an ``x`` where a run diverged), residual RMS and gradient norm vs depth, and
-  summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md).
+  summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md). With
+  ``--baseline VARIANT`` (a label as the variants table shows it) each test metric and best valid loss gets a column
+  "Δ vs VARIANT": the paired difference over the seeds both finished, with its 95% CI (paired t test; ``n.s.`` when
+  it covers 0), under a line giving the method and the baseline's noise floor (``analysis/paired.py``).
   plotly.js is embedded: the page works offline. Once every chart has drawn, ``<body data-plots-drawn>``
   equals ``data-plots-expected``; JavaScript errors (uncaught, rejected promises, ``console.error``)
   are counted in ``<html data-js-errors>``.
 - one PNG per chart (``loss.png``, ``val_loss.png``, ``val_per.png``, ``rms_vs_depth.png``, ``grad_vs_depth.png``), and
   those of the stability charts that have data (``analysis/stability.py``): ``attn_max_logit_<j>.png`` and
   ``sigma_max_vs_depth_<j>.png`` for the j-th variant, ``out_logz.png``, ``kurtosis_vs_depth.png``.
+- ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with ``--baseline``
+  the paired difference and its CI, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
 
 A run with ``probe/*.png`` (``python -m scripts.probe RUN_DIR``) gets a "Probes" section showing them.
 
 Runs whose configs differ only in the seed form a variant (see ``analysis/variants.py``). Diverged,
-crashed or half-written runs are listed and marked, never fatal. Reading, grouping, statistics and the
+crashed or half-written runs are listed and marked, never fatal; an unknown ``--baseline`` is an error
+(``report: error: ...`` listing the valid labels, exit status 1). Reading, grouping, statistics and the
 charts' data live in the ``analysis`` package; this script draws them.
 """
 
 import argparse
 import base64
+import csv
 import html
 import math
 import sys
@@ -44,6 +51,18 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from analysis.load import ReportError, load_runs  # noqa: E402
+from analysis.paired import (  # noqa: E402
+    BASELINE_COLUMNS,
+    SUMMARY_COLUMNS,
+    Getter,
+    PairedDifference,
+    find_baseline,
+    finished_values,
+    noise_floor,
+    quality_metrics,
+    summary_rows,
+    versus,
+)
 from analysis.panels import Line, Panel, build_panels  # noqa: E402
 from analysis.runs import TASKS, Run, detect_task  # noqa: E402
 from analysis.stability import stability_panels  # noqa: E402
@@ -241,15 +260,26 @@ def run_columns(task: str) -> list[Column]:
     ]
 
 
-def variant_columns(task: str) -> list[Column]:
-    """The per-variant table's columns: how many runs finished and diverged, then for each metric its
-    mean ± stderr (n) over the variant's finished runs that have it (:func:`mean_stderr`)."""
+def metric_display(task: str) -> dict[str, tuple[str, float, int]]:
+    """key -> (header, scale, digits) of each metric the variants table compares (``analysis.paired.quality_metrics``):
+    test PER/WER in % (BLEU, chrF as they are), best valid loss."""
     _, test_metrics, scale = TASKS[task]
     unit = " (%)" if scale != 1.0 else ""
+    return {
+        **{m: (f"{m.split('/')[1].upper()}{unit}", scale, 2) for m in test_metrics},
+        "best_val_loss": ("best valid loss", 1.0, 3),
+    }
 
-    def mean_col(key: str, header: str, get: Callable[[Run], float | None], fmt: Callable[[float | None], str]) -> Column:
+
+def variant_columns(task: str, baseline: Variant | None = None) -> list[Column]:
+    """The per-variant table's columns: how many runs finished and diverged, then for each metric its
+    mean ± stderr (n) over the variant's finished runs that have it (:func:`mean_stderr`). With ``baseline``,
+    each test metric and best valid loss is followed by its difference to the baseline (:func:`delta_column`)."""
+    metrics = quality_metrics(task)
+
+    def mean_col(key: str, header: str, get: Getter, fmt: Callable[[float | None], str]) -> Column:
         def cell(v: Variant) -> tuple:
-            values = [x for x in (get(r) for r in v.runs if r.finished) if x is not None]
+            values = finished_values(v.runs, get)
             mean, stderr = mean_stderr(values)
             spread = "" if stderr is None else f" ± {fmt(stderr)}"
             return mean, f"{fmt(mean)}{spread} (n = {len(values)})"
@@ -259,20 +289,80 @@ def variant_columns(task: str) -> list[Column]:
     def count_col(key: str, test: Callable[[Run], bool]) -> Column:
         return key, key, lambda v: (k := sum(map(test, v.runs)), f"{k} of {len(v.runs)}")
 
-    def metric_col(m: str) -> Column:
-        shown = lambda x: _fmt(None if x is None else x * scale, 2)
-        return mean_col(m, f"{m.split('/')[1].upper()}{unit}", lambda r: r.final(m), shown)
+    def compared_cols(key: str, header: str, scale: float, digits: int) -> list[Column]:
+        shown = lambda x: _fmt(None if x is None else x * scale, digits)
+        signed = lambda x: f"{x * scale:+.{digits}f}"
+        cols = [mean_col(key, header, metrics[key], shown)]
+        if baseline is not None:
+            cols.append(delta_column(key, header, metrics[key], baseline, signed))
+        return cols
 
     return [
         ("variant", "variant", lambda v: (v.label, v.label)),
         count_col("finished", lambda r: r.finished),
         count_col("diverged", lambda r: r.diverged),
-        *(metric_col(m) for m in test_metrics),
-        mean_col("best_val_loss", "best valid loss", lambda r: r.best("val/loss"), _fmt),
+        *(col for key, shown in metric_display(task).items() for col in compared_cols(key, *shown)),
         *(mean_col(f"spike_score_{s}", SPIKE_HEADERS[s], lambda r, s=s: r.spike_score(s), _fmt_pct) for s in SERIES),
         mean_col("wall_s", "wall time", lambda r: r.wall_s, _fmt_time),
         mean_col("tokens_per_s", "tokens/s", lambda r: r.tokens_per_s, _fmt_rate),
     ]
+
+
+def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: Callable[[float], str]) -> Column:
+    """The column ``<key>:delta``: each variant − ``baseline`` in the metric, paired by seed (``analysis.paired.versus``),
+    as ``mean [95% CI] (pairs)`` in the metric's display units (``signed``), ``n.s.`` when the interval covers 0;
+    no interval with one pair, ``— (0)`` with none, empty in the baseline's row. data-value: the mean difference as stored."""
+
+    def cell(v: Variant) -> tuple:
+        diff = versus(v, baseline, get)
+        return (None, "") if diff is None else (diff.mean, delta_text(diff, signed))
+
+    return f"{key}:delta", f"{header} Δ vs {baseline.label}: mean [95% CI] (pairs)", cell
+
+
+def delta_text(diff: PairedDifference, signed: Callable[[float], str]) -> str:
+    """``+0.57 [+0.05, +1.08] (3)``; ``n.s.`` appended when the interval covers 0."""
+    if diff.mean is None:
+        return "— (0)"
+    ci = "" if diff.ci95 is None else f" [{signed(diff.ci95[0])}, {signed(diff.ci95[1])}]"
+    return f"{signed(diff.mean)}{ci} ({diff.n}){' n.s.' if diff.significant is False else ''}"
+
+
+def variants_html(variants: list[Variant], task: str, baseline: Variant | None) -> str:
+    """The variants table, under a note pointing to summary.csv and, with ``baseline``, the method of the Δ columns,
+    the baseline and its noise floor per metric."""
+    csv_link = '<a href="summary.csv">summary.csv</a>'
+    notes = [f'<p class="note">Test metrics and best valid loss, unformatted, one row per variant and metric: {csv_link}.</p>']
+    if baseline is not None:
+        notes.insert(0, baseline_note(baseline, task))
+    return "\n".join([*notes, table_html(variant_columns(task, baseline), variants, "data-variant", lambda v: "")])
+
+
+def baseline_note(baseline: Variant, task: str) -> str:
+    """The line above the variants table with ``--baseline``: method, baseline, noise floor per metric."""
+    metrics = quality_metrics(task)
+    floors = ", ".join(
+        f"{header} {_fmt(None if (sd := noise_floor(baseline, metrics[key])) is None else sd * scale, digits)}"
+        for key, (header, scale, digits) in metric_display(task).items()
+    )
+    label = html.escape(baseline.label)
+    return (
+        f'<p class="note" data-baseline="{label}">Δ vs <b>{label}</b> (the baseline): each variant minus the baseline, '
+        "paired by seed over the seeds where both runs finished: mean [95% confidence interval] (pairs), the interval "
+        "mean ± t(0.975, n − 1) · sd / √n of a paired t test over the n per-seed differences; n.s.: the interval "
+        "covers 0; one pair: no interval. Diverged runs never enter a pair or a mean: they are counted in the diverged "
+        f"column. Noise floor, the baseline's seed-to-seed sample standard deviation: {floors}.</p>"
+    )
+
+
+def write_summary(path: Path, rows: list[dict[str, object]], with_baseline: bool) -> None:
+    """``summary.csv``: ``rows`` of ``analysis.paired.summary_rows`` under ``SUMMARY_COLUMNS`` (+ ``BASELINE_COLUMNS``
+    ``with_baseline``); floats as repr, None and non-finite empty, booleans ``true``/``false``."""
+    columns = SUMMARY_COLUMNS + (BASELINE_COLUMNS if with_baseline else ())
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows([str(v).lower() if isinstance(v, bool) else _raw(v) for v in (row[c] for c in columns)] for row in rows)
 
 
 def table_html(columns: list[Column], items: list, row_attr: str, row_class: Callable[[object], str]) -> str:
@@ -360,17 +450,19 @@ def probes_html(runs: list[Run]) -> str:
     return "\n".join([note, *parts])
 
 
-def build_report(dirs: list[Path], out: Path) -> Path:
-    """Read every run under ``dirs`` and write ``out/index.html`` and the PNGs (see the module docstring).
+def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Path:
+    """Read every run under ``dirs`` and write ``out/index.html``, the PNGs and ``summary.csv`` (see the module
+    docstring); with ``baseline`` (a variant label), the variants table compares each variant to it.
 
     Returns:
         the path of index.html.
 
     Raises:
-        ReportError: a path in ``dirs`` is not a directory, or no run directory was found.
+        ReportError: a path in ``dirs`` is not a directory, no run directory was found, or no variant is ``baseline``.
     """
     runs = load_runs(dirs, progress=lambda items: tqdm(items, desc="report: reading runs", unit="run", file=sys.stderr))
     variants = group_variants(runs)
+    compared_to = find_baseline(variants, baseline)
     task = detect_task(runs)
     colors = variant_colors(variants)
     panels = build_panels(variants, task) + stability_panels(variants)
@@ -379,12 +471,13 @@ def build_report(dirs: list[Path], out: Path) -> Path:
     plots = [figure_html(plotly_figure(p, colors), f"plot-{p.key}", include_plotlyjs=(i == 0)) for i, p in enumerate(panels)]
     ordered = [r for v in variants for r in v.runs]
     tables = [
-        ("Variants", table_html(variant_columns(task), variants, "data-variant", lambda v: "")),
+        ("Variants", variants_html(variants, task, compared_to)),
         ("Runs", table_html(run_columns(task), ordered, "data-run", lambda r: "diverged" if r.diverged else r.status_state)),
     ]
     if probes := probes_html(ordered):
         tables.append(("Probes", probes))
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
+    write_summary(out / "summary.csv", summary_rows(variants, task, compared_to), compared_to is not None)
     path = out / "index.html"
     path.write_text(page_html(title, header_html(dirs, runs, variants, pngs), plots, tables), encoding="utf-8")
     return path
@@ -395,10 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="report", description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path, metavar="SWEEP_DIR", help="sweep dir(s), run dir(s), or folders of them")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <first dir>/report)")
+    parser.add_argument("--baseline", metavar="VARIANT", default=None,
+                        help="a variant label as the variants table shows it: compare each variant to it by seed")  # fmt: skip
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else args.dirs[0] / "report"
     try:
-        path = build_report(args.dirs, out)
+        path = build_report(args.dirs, out, args.baseline)
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,138 @@
+"""Comparing variants seed by seed: each variant's difference to a baseline variant over the seeds both
+finished, with a 95% confidence interval from the paired t test; the baseline's noise floor (its seed-to-seed
+sample standard deviation); and the rows of the report's ``summary.csv``.
+
+As in the report's variants table, only finished runs enter: a diverged (or crashed, or running) run is
+counted, never averaged and never paired. Metrics are the run's values as stored (PER/WER as fractions).
+"""
+
+import math
+import statistics
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+from scipy import stats as scipy_stats
+
+from analysis.load import ReportError
+from analysis.runs import TASKS, Run
+from analysis.stats import mean_stderr
+from analysis.variants import Variant
+
+Getter = Callable[[Run], float | None]
+CI_LEVEL = 0.95
+SUMMARY_COLUMNS = ("variant", "metric", "runs", "finished", "diverged", "n", "mean", "stderr", "std")
+BASELINE_COLUMNS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant")  # with a baseline only
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """values − baseline over the seeds both have.
+
+    Attributes:
+        n: the number of pairs (seeds in both).
+        mean: the mean difference; None without a pair.
+        ci95: (lo, hi), mean ∓ t(0.975, n − 1) · sd(differences) / √n; None with fewer than two pairs.
+        significant: whether ``ci95`` excludes 0; None with fewer than two pairs.
+    """
+
+    n: int
+    mean: float | None
+    ci95: tuple[float, float] | None
+    significant: bool | None
+
+
+def paired_difference(values: dict[Hashable, float], baseline: dict[Hashable, float]) -> PairedDifference:
+    """The paired t test of ``values`` against ``baseline`` (seed -> value each); seeds in only one are dropped.
+
+    Example: {0: 1.5, 1: 2.4, 2: 3.8} vs {0: 1.0, 1: 2.0, 2: 3.0}: differences 0.5, 0.4, 0.8, mean 0.5667,
+    sd 0.2082, t(0.975, 2) = 4.3027, so 95% CI [0.0496, 1.0838]: significant.
+    """
+    diffs = [values[seed] - baseline[seed] for seed in values if seed in baseline]
+    n = len(diffs)
+    mean = statistics.fmean(diffs) if diffs else None
+    if n < 2:
+        return PairedDifference(n, mean, None, None)
+    half = float(scipy_stats.t.ppf(0.5 + CI_LEVEL / 2, n - 1)) * statistics.stdev(diffs) / math.sqrt(n)
+    lo, hi = mean - half, mean + half
+    return PairedDifference(n, mean, (lo, hi), not lo <= 0.0 <= hi)
+
+
+def quality_metrics(task: str) -> dict[str, Getter]:
+    """The metrics compared between variants, by the variants table's column key: each test metric of ``task``
+    (``test/per``, ``test/wer``; ``test/bleu``, ``test/chrf``) and ``best_val_loss`` (the run's lowest valid loss)."""
+    _, test_metrics, _ = TASKS[task]
+    return {**{m: (lambda r, m=m: r.final(m)) for m in test_metrics}, "best_val_loss": lambda r: r.best("val/loss")}
+
+
+def finished_values(runs: list[Run], get: Getter) -> list[float]:
+    """``get(run)`` of each finished run that has a value: what the variants table averages."""
+    return [x for x in (get(r) for r in runs if r.finished) if x is not None]
+
+
+def seed_values(runs: list[Run], get: Getter) -> dict[Hashable, float]:
+    """seed -> ``get(run)`` over the finished runs that have a value. Runs of one seed (the same run given
+    twice) are averaged; a run without a seed cannot be paired and is left out."""
+    by_seed: dict[Hashable, list[float]] = {}
+    for run in runs:
+        if run.finished and run.seed is not None and (value := get(run)) is not None:
+            by_seed.setdefault(run.seed, []).append(value)
+    return {seed: statistics.fmean(vs) for seed, vs in by_seed.items()}
+
+
+def noise_floor(baseline: Variant, get: Getter) -> float | None:
+    """The baseline's seed-to-seed sample standard deviation (n − 1) of a metric over its finished runs;
+    None with fewer than two."""
+    return _std(finished_values(baseline.runs, get))
+
+
+def _std(values: list[float]) -> float | None:
+    return statistics.stdev(values) if len(values) > 1 else None
+
+
+def versus(variant: Variant, baseline: Variant, get: Getter) -> PairedDifference | None:
+    """``variant`` − ``baseline`` in a metric, paired by seed (:func:`paired_difference`); None for the baseline itself."""
+    if variant is baseline:
+        return None
+    return paired_difference(seed_values(variant.runs, get), seed_values(baseline.runs, get))
+
+
+def find_baseline(variants: list[Variant], label: str | None) -> Variant | None:
+    """The variant labelled ``label`` (None for None).
+
+    Raises:
+        ReportError: no variant has that label; the message lists the valid ones.
+    """
+    if label is None:
+        return None
+    for variant in variants:
+        if variant.label == label:
+            return variant
+    valid = ", ".join(repr(v.label) for v in variants)
+    raise ReportError(f"unknown --baseline {label!r}; valid: {valid}")
+
+
+def summary_rows(variants: list[Variant], task: str, baseline: Variant | None) -> list[dict[str, object]]:
+    """One row per (variant, metric of :func:`quality_metrics`), keyed by ``SUMMARY_COLUMNS`` (+ ``BASELINE_COLUMNS``
+    with a baseline): run counts, n (finished runs with the value), mean, stderr and sample std over them, and the
+    paired difference to the baseline (left None in the baseline's own rows). Unformatted values; None: no value."""
+    rows = []
+    for variant in variants:
+        for metric, get in quality_metrics(task).items():
+            values = finished_values(variant.runs, get)
+            mean, stderr = mean_stderr(values)
+            row = {"variant": variant.label, "metric": metric, "runs": len(variant.runs),
+                   "finished": sum(r.finished for r in variant.runs), "diverged": sum(r.diverged for r in variant.runs),
+                   "n": len(values), "mean": mean, "stderr": stderr, "std": _std(values)}  # fmt: skip
+            if baseline is not None:
+                row |= _baseline_fields(versus(variant, baseline, get), baseline.label)
+            rows.append(row)
+    return rows
+
+
+def _baseline_fields(diff: PairedDifference | None, baseline: str) -> dict[str, object]:
+    """The ``BASELINE_COLUMNS`` of a summary row; all but ``baseline`` None in the baseline's own rows."""
+    if diff is None:
+        return {"baseline": baseline} | dict.fromkeys(BASELINE_COLUMNS[1:])
+    lo, hi = diff.ci95 if diff.ci95 is not None else (None, None)
+    return {"baseline": baseline, "diff_mean": diff.mean, "diff_ci95_lo": lo, "diff_ci95_hi": hi, "pairs": diff.n,
+            "significant": diff.significant}  # fmt: skip
