@@ -7,4 +7,5 @@
 - ``paired``: variants vs a baseline variant, seed by seed (paired t test, noise floor), the rows of summary.csv;
 - ``panels``: variants -> the report's charts as plain data (nothing here draws);
 - ``stability``: variants -> the report's stability charts (max logit, log Z, spectral norm, kurtosis), the same way.
+- ``depth``: variants -> the rows of the report's depth_profile.csv and depth_growth.csv (residual RMS growth with depth).
 """

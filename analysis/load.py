@@ -90,7 +90,7 @@ def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
     """Fill ``run.series`` and the telemetry profiles (``PROFILES``, ``SITE_PROFILES``) from metrics.jsonl at ``path``.
 
     Unparsable lines (a truncated last line of a killed run) are skipped and counted in ``run.notes``.
-    Decoder block i sits at depth ``n_enc + i``; when ``n_enc`` is None it is taken from the data.
+    Decoder block i sits at depth ``n_enc + i``; when ``n_enc`` is None it is taken from the data. Sets ``run.n_enc``.
     """
     bad = 0
     attrs = (*PROFILES.values(), *SITE_PROFILES.values())
@@ -114,6 +114,7 @@ def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
         run.notes.append("no metrics logged")
     if n_enc is None:
         n_enc = n_enc_layers_seen((m.stack, m.layer) for records in raw.values() for rec in records.values() for m in rec)
+    run.n_enc = n_enc
     for name, records in raw.items():
         setattr(run, name, {step: {_place(m, n_enc): v for m, v in rec.items()} for step, rec in records.items()})
 

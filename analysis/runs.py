@@ -47,6 +47,8 @@ class Run:
         kurtosis: telemetry step -> depth -> kurtosis of the residual stream leaving that block.
         max_logit: telemetry step -> attention -> its max logit (``attn/.../max_logit``).
         sigma_max: the last telemetry step only -> matrix -> its largest singular value (``weight/.../sigma_max``).
+        n_enc: the encoder's blocks, placing decoder block i at depth ``n_enc + i`` in the attributes above: the
+            config's ``model.n_enc_layers``, else as far as the telemetry shows; 0 until metrics.jsonl is read.
         status: the parsed ``status.json``, or None when absent or unreadable.
         notes: problems met while reading (shown in the table).
     """
@@ -60,6 +62,7 @@ class Run:
     kurtosis: dict[int, dict[int, float]] = field(default_factory=dict)
     max_logit: dict[int, dict[BlockSite, float]] = field(default_factory=dict)
     sigma_max: dict[int, dict[BlockSite, float]] = field(default_factory=dict)
+    n_enc: int = 0
     status: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 

@@ -21,6 +21,10 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   ``sigma_max_vs_depth_<j>.png`` for the j-th variant, ``out_logz.png``, ``kurtosis_vs_depth.png``.
 - ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with ``--baseline``
   the paired difference and its CI, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
+- ``depth_profile.csv`` and ``depth_growth.csv``, when a run recorded block telemetry (``analysis/depth.py``): every run's
+  residual RMS, gradient norm and kurtosis per (step, block), and per variant each stack's growth (RMS leaving its last
+  block / its first) at the first and last telemetry record, mean ± stderr over seeds, shown as a table under the
+  depth charts (columns: docs/sweeps.md, "Depth CSVs").
 
 A run with ``probe/*.png`` (``python -m scripts.probe RUN_DIR``) gets a "Probes" section showing them.
 
@@ -50,6 +54,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from analysis.depth import STEP_KINDS, write_depth_csvs  # noqa: E402
 from analysis.load import ReportError, load_runs  # noqa: E402
 from analysis.paired import (  # noqa: E402
     BASELINE_COLUMNS,
@@ -68,6 +73,7 @@ from analysis.runs import TASKS, Run, detect_task  # noqa: E402
 from analysis.stability import stability_panels  # noqa: E402
 from analysis.stats import mean_stderr  # noqa: E402
 from analysis.variants import Variant, group_variants  # noqa: E402
+from model.metric_names import STACKS  # noqa: E402
 from training.spikes import SERIES  # noqa: E402
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -365,6 +371,32 @@ def write_summary(path: Path, rows: list[dict[str, object]], with_baseline: bool
         writer.writerows([str(v).lower() if isinstance(v, bool) else _raw(v) for v in (row[c] for c in columns)] for row in rows)
 
 
+def growth_html(rows: list[dict[str, object]]) -> str:
+    """The depth-growth table under the depth charts: per variant (``data-growth``), each stack's growth at its first and
+    last telemetry record (``data-col`` ``enc:first``, ..., ``data-value`` the mean) as ``mean ± stderr (n = k, step s)``,
+    under a note defining it and linking the two CSVs; "" without rows (no telemetry)."""
+    if not rows:
+        return ""
+    by_key = {(r["variant"], r["stack"], r["step_kind"]): r for r in rows}
+
+    def column(stack: str, kind: str) -> Column:
+        def cell(variant: str) -> tuple:
+            r = by_key[variant, stack, kind]
+            spread = "" if r["stderr"] is None else f" ± {_fmt(r['stderr'])}"
+            return r["mean"], f"{_fmt(r['mean'])}{spread} (n = {r['n']}, step {r['step']})"
+
+        return f"{stack}:{kind}", f"{stack} growth, {kind} record: mean ± stderr (n, step)", cell
+
+    columns = [("variant", "variant", lambda v: (v, v)), *(column(s, k) for s in STACKS for k in STEP_KINDS)]
+    note = (
+        '<h3>Depth growth</h3>\n<p class="note">The RMS of the residual stream leaving a stack\'s last block / leaving '
+        "its first block, at the variant's first telemetry record (step 1 by default: at initialization) and its last, "
+        'mean ± stderr over the runs recorded there (n). Per run: <a href="depth_growth.csv">depth_growth.csv</a>; '
+        'every run, step and block: <a href="depth_profile.csv">depth_profile.csv</a>.</p>'
+    )
+    return note + table_html(columns, list(dict.fromkeys(r["variant"] for r in rows)), "data-growth", lambda v: "")
+
+
 def table_html(columns: list[Column], items: list, row_attr: str, row_class: Callable[[object], str]) -> str:
     """An HTML table, one row per item; each row carries ``data-<row_attr>`` (its first column) and each
     cell ``data-col`` and ``data-value`` (the unformatted value), so tests and scripts can read it back."""
@@ -387,9 +419,10 @@ def _raw(value: object) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def page_html(title: str, header: str, plots: list[str], tables: list[tuple[str, str]]) -> str:
-    """The whole page: ``plots`` are the figure divs (the first embeds plotly.js), ``tables`` (heading, html)."""
-    plot_divs = "\n".join(f'<div class="plot">{p}</div>' for p in plots)
+def page_html(title: str, header: str, plots: list[str], tables: list[tuple[str, str]], after: dict[int, str]) -> str:
+    """The whole page: ``plots`` are the figure divs (the first embeds plotly.js), ``tables`` (heading, html), ``after``
+    plot index -> html placed under that plot."""
+    plot_divs = "\n".join(f'<div class="plot">{p}</div>{after.get(i, "")}' for i, p in enumerate(plots))
     table_divs = "\n".join(f"<h2>{html.escape(h)}</h2>\n{t}" for h, t in tables)
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -451,7 +484,7 @@ def probes_html(runs: list[Run]) -> str:
 
 
 def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Path:
-    """Read every run under ``dirs`` and write ``out/index.html``, the PNGs and ``summary.csv`` (see the module
+    """Read every run under ``dirs`` and write ``out/index.html``, the PNGs, ``summary.csv`` and the depth CSVs (see the module
     docstring); with ``baseline`` (a variant label), the variants table compares each variant to it.
 
     Returns:
@@ -478,8 +511,9 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
         tables.append(("Probes", probes))
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
     write_summary(out / "summary.csv", summary_rows(variants, task, compared_to), compared_to is not None)
+    after = {[p.key for p in panels].index("grad_vs_depth"): growth_html(write_depth_csvs(variants, out))}
     path = out / "index.html"
-    path.write_text(page_html(title, header_html(dirs, runs, variants, pngs), plots, tables), encoding="utf-8")
+    path.write_text(page_html(title, header_html(dirs, runs, variants, pngs), plots, tables, after), encoding="utf-8")
     return path
 
 

@@ -1,0 +1,102 @@
+"""The residual stream's depth profile as numbers: the rows of the report's ``depth_profile.csv`` (every run's
+telemetry by step and block) and ``depth_growth.csv`` (per variant, how much the stream's RMS grows from a stack's
+first block to its last, at the first and the last telemetry record).
+
+Growth of a stack in one record = RMS of the residual stream leaving its last block / leaving its first block
+(``act/enc.{n-1}.out/rms`` / ``act/enc.0.out/rms``; the decoder's likewise). With the default telemetry schedule the
+first record is step 1, the forward pass before any update (the profile at initialization: docs/telemetry.md). It is
+the number behind "pre-LN's residual stream grows with depth, post-LN's stays flat" (Xiong et al. 2020,
+arXiv 2002.04745; Liu et al. 2020, arXiv 2004.08249), read from a sweep's own runs.
+"""
+
+import csv
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from analysis.runs import Run
+from analysis.stats import mean_stderr
+from analysis.variants import Variant
+from model.metric_names import STACKS
+
+PROFILE_COLUMNS = ("variant", "run", "seed", "step", "depth", "block", "rms", "grad", "kurtosis")
+GROWTH_COLUMNS = ("variant", "stack", "step_kind", "step", "n", "mean", "stderr", "per_run")
+STEP_KINDS = ("first", "last")  # the variant's earliest and latest telemetry record
+
+
+def block_name(depth: int, n_enc: int) -> str:
+    """The block at ``depth`` in the depth order (``metric_names.depth``'s inverse): ``enc.2``, or ``dec.0`` at ``n_enc``."""
+    return f"enc.{depth}" if depth < n_enc else f"dec.{depth - n_enc}"
+
+
+def profile_rows(variants: list[Variant]) -> list[dict[str, object]]:
+    """One row per (run, telemetry step, depth) keyed by ``PROFILE_COLUMNS``, runs in the variants' order, then
+    step and depth ascending: ``rms``, ``grad`` and ``kurtosis`` are the run's ``Run.rms``, ``Run.grad`` and
+    ``Run.kurtosis`` there, None where not recorded (or not finite). [] when no run recorded telemetry."""
+    rows = []
+    for variant in variants:
+        for run in variant.runs:
+            records = {"rms": run.rms, "grad": run.grad, "kurtosis": run.kurtosis}
+            for step in sorted({s for rec in records.values() for s in rec}):
+                for depth in sorted({d for rec in records.values() for d in rec.get(step, {})}):
+                    rows.append({"variant": variant.label, "run": run.label, "seed": run.seed, "step": step, "depth": depth,
+                                 "block": block_name(depth, run.n_enc),
+                                 **{k: rec.get(step, {}).get(depth) for k, rec in records.items()}})  # fmt: skip
+    return rows
+
+
+def stack_ends(run: Run, stack: str) -> tuple[int, int] | None:
+    """(depth of the first block, depth of the last block) of ``stack`` (``enc`` or ``dec``) among every block the run
+    recorded an RMS of, at any step; None with fewer than two blocks (a one-block stack has no growth)."""
+    depths = {d for rec in run.rms.values() for d in rec if (d < run.n_enc) == (stack == "enc")}
+    return (min(depths), max(depths)) if len(depths) > 1 else None
+
+
+def growth(run: Run, stack: str, step: int) -> float | None:
+    """The run's ``stack`` growth at telemetry ``step``: RMS leaving its last block / leaving its first block; None when
+    either was not recorded (finite) at that step, the first is 0, or the stack has fewer than two blocks."""
+    ends = stack_ends(run, stack)
+    record = run.rms.get(step, {})
+    if ends is None or not all(d in record for d in ends) or record[ends[0]] == 0:
+        return None
+    return record[ends[1]] / record[ends[0]]
+
+
+def growth_rows(variants: list[Variant]) -> list[dict[str, object]]:
+    """Per variant with RMS telemetry, stack (``enc``, ``dec``) and step kind (``first``, ``last``: the earliest and
+    latest step any of its runs recorded), a row keyed by ``GROWTH_COLUMNS``: the mean ± stderr
+    (:func:`~analysis.stats.mean_stderr`) over the n runs with a :func:`growth` at that step, and ``per_run``, a JSON
+    object run label -> growth. A run that stopped before the last step is left out of its ``last`` row."""
+    rows = []
+    for variant in variants:
+        steps = sorted({s for run in variant.runs for s in run.rms})
+        if not steps:
+            continue
+        for stack in STACKS:
+            for kind, step in zip(STEP_KINDS, (steps[0], steps[-1]), strict=True):
+                per_run = {run.label: g for run in variant.runs if (g := growth(run, stack, step)) is not None}
+                mean, stderr = mean_stderr(list(per_run.values()))
+                rows.append({"variant": variant.label, "stack": stack, "step_kind": kind, "step": step, "n": len(per_run),
+                             "mean": mean, "stderr": stderr, "per_run": json.dumps(per_run)})  # fmt: skip
+    return rows
+
+
+def write_csv(path: Path, columns: Iterable[str], rows: list[dict[str, object]]) -> None:
+    """``rows`` under the header ``columns``; floats as ``repr`` (every digit), None empty (the csv module's own rules)."""
+    columns = tuple(columns)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        writer.writerows([row[c] for c in columns] for row in rows)
+
+
+def write_depth_csvs(variants: list[Variant], out: Path) -> list[dict[str, object]]:
+    """Write ``out/depth_profile.csv`` (:func:`profile_rows`) and ``out/depth_growth.csv`` (:func:`growth_rows`) when a
+    run recorded block telemetry; nothing otherwise. Returns the growth rows ([] when nothing was written)."""
+    profile = profile_rows(variants)
+    if not profile:
+        return []
+    rows = growth_rows(variants)
+    write_csv(out / "depth_profile.csv", PROFILE_COLUMNS, profile)
+    write_csv(out / "depth_growth.csv", GROWTH_COLUMNS, rows)
+    return rows
