@@ -5,5 +5,7 @@
 - ``variants``: runs -> variants (runs that differ only in the seed);
 - ``stats``: a variant's mean curve with its min-max or standard-error band, mean ± standard error;
 - ``panels``: variants -> the report's charts as plain data (nothing here draws);
-- ``stability``: variants -> the report's stability charts (max logit, log Z, spectral norm, kurtosis), the same way.
+- ``stability``: variants -> the report's stability charts (max logit, log Z, spectral norm, kurtosis), the same way;
+- ``lrs``: runs -> LR families and their LR sensitivity (Wortsman et al. 2023), per seed and across seeds;
+- ``lr_panels``: an LR study -> the report's LR-sensitivity charts, the same way.
 """
