@@ -6,6 +6,8 @@
 - ``stats``: a variant's mean curve with its min-max or standard-error band, mean ± standard error;
 - ``paired``: variants vs a baseline variant, seed by seed (paired t test, noise floor), the rows of summary.csv;
 - ``panels``: variants -> the report's charts as plain data (nothing here draws);
-- ``stability``: variants -> the report's stability charts (max logit, log Z, spectral norm, kurtosis), the same way.
-- ``depth``: variants -> the rows of the report's depth_profile.csv and depth_growth.csv (residual RMS growth with depth).
+- ``stability``: variants -> the report's stability charts (max logit, log Z, spectral norm, kurtosis), the same way;
+- ``depth``: variants -> the rows of the report's depth_profile.csv and depth_growth.csv (residual RMS growth with depth);
+- ``lrs``: runs -> LR families and their LR sensitivity (Wortsman et al. 2023), per seed and across seeds;
+- ``lr_panels``: an LR study -> the report's LR-sensitivity charts, the same way.
 """

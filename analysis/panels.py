@@ -21,8 +21,9 @@ DASHES = ("dot", "dash", "solid")  # profile lines, earliest step first
 class Line:
     """One curve of a panel. ``role``: ``run`` (one run), ``mean`` (a variant's mean over its runs, with
     ``lo``/``hi`` its band: min-max, or ± the standard error), ``diverged`` (one point: where a diverged run
-    stopped), ``profile`` (a variant's value vs depth at one step) or ``series`` (one of several curves vs step
-    of one variant's panel, e.g. one per block). ``hover``: a text per point (e.g. ``n = 2 of 3``), or None.
+    stopped), ``profile`` (a variant's value vs depth at one step), ``series`` (one of several curves vs step
+    of one variant's panel, e.g. one per block) or ``interval`` (points with ``lo``/``hi`` as error bars, e.g. a
+    confidence interval; no bars where they are None). ``hover``: a text per point (e.g. ``n = 2 of 3``), or None.
     ``shade``: for lines told apart by order rather than by variant (blocks by depth, matrices in forward
     order), the line's place on a sequential colour scale, 0 first to 1 last; None: the variant's colour."""
 
@@ -48,7 +49,8 @@ class Line:
 @dataclass
 class Panel:
     """A chart: ``key`` is its file stem (``loss`` -> loss.png); ``note`` explains an empty chart;
-    ``integer_x``: x is a block index (integer ticks)."""
+    ``integer_x``: x is a block index (integer ticks); ``log_x``, ``log_y``: log-scale axes; ``diverged_label``:
+    what its ``diverged`` markers mean, for the PNG's legend (empty: a diverged run's last finite value)."""
 
     key: str
     title: str
@@ -58,6 +60,8 @@ class Panel:
     log_y: bool = False
     note: str = ""
     integer_x: bool = False
+    log_x: bool = False
+    diverged_label: str = ""
 
 
 def pick_steps(steps: Iterable[int], n: int) -> list[int]:

@@ -32,14 +32,18 @@ def differing_keys(runs: list[Run]) -> list[str]:
     return sorted(differ, key=lambda k: (NORM_KEYS.index(k) if k in NORM_KEYS else len(NORM_KEYS), k))
 
 
+def config_label(run: Run, keys: list[str]) -> str:
+    """``key=value`` of the run's config for each of ``keys`` (``?`` for a key it lacks), space-separated."""
+    return " ".join(f"{k}={run.config.get(k, '?')}" for k in keys)
+
+
 def group_variants(runs: list[Run]) -> list[Variant]:
     """Group runs that differ only in the seed; a variant's label is ``key=value`` for each config key
     that varies across all runs (or the norm placement/kind/impl when there is a single variant)."""
     keys = differing_keys(runs) or list(NORM_KEYS)
     groups: dict[str, list[Run]] = {}
     for run in runs:
-        label = " ".join(f"{k}={run.config.get(k, '?')}" for k in keys)
-        groups.setdefault(label, []).append(run)
+        groups.setdefault(config_label(run, keys), []).append(run)
     return [Variant(label, sorted(members, key=lambda r: (str(r.seed), r.label))) for label, members in groups.items()]
 
 

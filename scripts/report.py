@@ -25,6 +25,11 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   residual RMS, gradient norm and kurtosis per (step, block), and per variant each stack's growth (RMS leaving its last
   block / its first) at the first and last telemetry record, mean ± stderr over seeds, shown as a table under the
   depth charts (columns: docs/sweeps.md, "Depth CSVs").
+- with an LR axis (a family of runs differing only in seed and ``optim.lr`` at two or more LRs), the LR
+  sensitivity (Wortsman et al. 2023; ``analysis/lrs.py``, docs/sweeps.md): a table after the variant table,
+  the charts that have data (``analysis/lr_panels.py``: ``lr_loss.png``, ``lrs.png``,
+  ``attn_max_logit_lr_<j>.png`` for the j-th highest LR), and ``lr_sensitivity.csv`` (per family, seed and
+  LR) and ``lrs.csv`` (per family) (``scripts/report_lrs.py``).
 
 A run with ``probe/*.png`` (``python -m scripts.probe RUN_DIR``) gets a "Probes" section showing them.
 
@@ -56,6 +61,8 @@ from tqdm import tqdm  # noqa: E402
 
 from analysis.depth import STEP_KINDS, write_depth_csvs  # noqa: E402
 from analysis.load import ReportError, load_runs  # noqa: E402
+from analysis.lr_panels import lr_panels  # noqa: E402
+from analysis.lrs import lr_study  # noqa: E402
 from analysis.paired import (  # noqa: E402
     BASELINE_COLUMNS,
     SUMMARY_COLUMNS,
@@ -74,6 +81,7 @@ from analysis.stability import stability_panels  # noqa: E402
 from analysis.stats import mean_stderr  # noqa: E402
 from analysis.variants import Variant, group_variants  # noqa: E402
 from model.metric_names import STACKS  # noqa: E402
+from scripts.report_lrs import lrs_columns, lrs_note, write_csvs  # noqa: E402
 from training.spikes import SERIES  # noqa: E402
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -103,8 +111,8 @@ tr.diverged, tr.failed { background: #fde2e2; } tr.unknown, tr.interrupted, tr.r
 img.probe { max-width: 32%; margin-right: 1%; }"""
 
 
-def variant_colors(variants: list[Variant]) -> dict[str, str]:
-    """Variant label -> colour, the same in the HTML and the PNGs."""
+def variant_colors(variants: list) -> dict[str, str]:
+    """Variant (or LR family: anything with a ``label``) label -> colour, the same in the HTML and the PNGs."""
     return {v.label: COLORS[i % len(COLORS)] for i, v in enumerate(variants)}
 
 
@@ -127,7 +135,7 @@ def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
         _add_traces(fig, line, line_color(line, colors))
     fig.update_layout(title=panel.title, template="plotly_white", margin={"t": 50, "b": 40},
                       legend={"orientation": "h", "yanchor": "top", "y": -0.15, "font": {"size": 10}})  # fmt: skip
-    fig.update_xaxes(title=panel.xlabel, **({"dtick": 1} if panel.integer_x else {}))
+    fig.update_xaxes(title=panel.xlabel, **({"dtick": 1} if panel.integer_x else {}), **({"type": "log"} if panel.log_x else {}))
     fig.update_yaxes(title=panel.ylabel, type="log" if panel.log_y else "linear")
     if panel.note:
         fig.add_annotation(text=panel.note, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
@@ -158,9 +166,21 @@ def _add_traces(fig: go.Figure, line: Line, color: str) -> None:
                         marker={"symbol": "x", "size": 11, "color": color, "line": {"width": 1, "color": "#222"}})  # fmt: skip
     elif line.role == "series":
         fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash, "width": 1.5}, meta=meta, **common)
+    elif line.role == "interval":
+        fig.add_scatter(y=line.y, name=line.name, **{**common, "mode": "markers"}, meta=meta, marker={"size": 10, "color": color},
+                        error_y=_error_bars(line))  # fmt: skip
     else:
         common["mode"] = "lines+markers"
         fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash}, meta=meta, **common)
+
+
+def _error_bars(line: Line) -> dict | None:
+    """plotly's ``error_y`` of an ``interval`` line: from ``y`` down to ``lo`` and up to ``hi``; None without them."""
+    if line.lo is None or line.hi is None:
+        return None
+    up = [None if None in (y, h) else h - y for y, h in zip(line.y, line.hi, strict=True)]
+    down = [None if None in (y, lo) else y - lo for y, lo in zip(line.y, line.lo, strict=True)]
+    return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "width": 6}
 
 
 def figure_html(fig: go.Figure, div_id: str, include_plotlyjs: bool) -> str:
@@ -181,8 +201,12 @@ def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
             ax.fill_between(x, np.asarray(line.lo, dtype=float), np.asarray(line.hi, dtype=float), color=color, alpha=0.15, lw=0)
             ax.plot(x, y, color=color, lw=2, label=line.name, **lone)
         elif line.role == "diverged":  # one legend entry for all the x's of the chart
-            label = DIVERGED_LABEL if DIVERGED_LABEL not in ax.get_legend_handles_labels()[1] else None
+            text = panel.diverged_label or DIVERGED_LABEL
+            label = text if text not in ax.get_legend_handles_labels()[1] else None
             ax.plot(x, y, color=color, ls="none", marker="x", ms=9, mew=2, label=label)
+        elif line.role == "interval":
+            yerr = None if line.lo is None else [y - np.asarray(line.lo, dtype=float), np.asarray(line.hi, dtype=float) - y]
+            ax.errorbar(x, y, yerr=yerr, color=color, fmt="o", ms=7, capsize=5, label=line.name)
         elif line.role == "series":
             ax.plot(x, y, color=color, ls=MPL_DASH.get(line.dash, "-"), lw=1.2, label=line.name, **lone)
         else:
@@ -192,6 +216,8 @@ def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
         ax.set_yscale("log")
     if panel.integer_x:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if panel.log_x:
+        ax.set_xscale("log")
     if panel.note:
         ax.text(0.5, 0.5, panel.note, ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set(title=panel.title, xlabel=panel.xlabel, ylabel=panel.ylabel)
@@ -497,8 +523,9 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     variants = group_variants(runs)
     compared_to = find_baseline(variants, baseline)
     task = detect_task(runs)
-    colors = variant_colors(variants)
-    panels = build_panels(variants, task) + stability_panels(variants)
+    study = lr_study(runs)  # None without an LR axis
+    colors = variant_colors(variants) | variant_colors(study.families if study else [])
+    panels = build_panels(variants, task) + stability_panels(variants) + lr_panels(study)
     out.mkdir(parents=True, exist_ok=True)
     pngs = [save_png(p, colors, out) for p in panels]
     plots = [figure_html(plotly_figure(p, colors), f"plot-{p.key}", include_plotlyjs=(i == 0)) for i, p in enumerate(panels)]
@@ -509,6 +536,10 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     ]
     if probes := probes_html(ordered):
         tables.append(("Probes", probes))
+    if study:
+        lrs_table = table_html(lrs_columns(), study.families, "data-family", lambda f: "")
+        tables.insert(1, ("LR sensitivity", lrs_note(study) + lrs_table))  # after the variants: a summary of them
+        write_csvs(study, out)
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
     write_summary(out / "summary.csv", summary_rows(variants, task, compared_to), compared_to is not None)
     after = {[p.key for p in panels].index("grad_vs_depth"): growth_html(write_depth_csvs(variants, out))}

@@ -31,6 +31,9 @@ from tests.test_report import (
 
 PNGS = ["attn_max_logit_1.png", "attn_max_logit_2.png", "out_logz.png", "sigma_max_vs_depth_1.png",
         "sigma_max_vs_depth_2.png", "kurtosis_vs_depth.png"]  # fmt: skip
+# c0 puts pre-LN at a second LR (1.0, no max logits): an LR axis, so the LR-sensitivity max-logit chart at the
+# second-highest LR, 0.002, follows (tests/test_lrs.py; the other LR charts need val/loss at step 0, not logged here)
+LR_CHARTS = ["attn_max_logit_lr_2"]
 BLOCKS = list(blocks(N_ENC, N_DEC))  # depth d is BLOCKS[d]
 ENC_MATRICES = ["self_attn.q", "self_attn.k", "self_attn.v", "self_attn.out", "ffn.in", "ffn.out"]
 
@@ -152,8 +155,9 @@ def test_report_draws_each_stability_chart_with_data_into_a_linked_png(sweep: Pa
     path = report.build_report([sweep], tmp_path)
     page = path.read_text()
     figs = figures(page)
-    assert [k for k in figs][5:] == [f"plot-{png[:-4]}" for png in PNGS]  # after the 5 charts of every report
-    assert f'data-plots-expected="{5 + len(PNGS)}"' in page
+    shown = [png[:-4] for png in PNGS] + LR_CHARTS
+    assert [k for k in figs][5:] == [f"plot-{k}" for k in shown]  # after the 5 charts of every report
+    assert f'data-plots-expected="{5 + len(shown)}"' in page
     for png in PNGS:
         assert (tmp_path / png).stat().st_size > 5000 and f'href="{png}"' in page, png
     assert not (tmp_path / "attn_max_logit_3.png").exists()  # variant LR recorded none
@@ -168,7 +172,8 @@ def test_report_draws_each_stability_chart_with_data_into_a_linked_png(sweep: Pa
 
 @pytest.mark.browser
 def test_stability_charts_draw_in_chromium(sweep: Path, tmp_path: Path) -> None:
-    draw_in_chromium(report.build_report([sweep], tmp_path / "report"), tmp_path / "profile", charts=5 + len(PNGS))
+    charts = 5 + len(PNGS) + len(LR_CHARTS)
+    draw_in_chromium(report.build_report([sweep], tmp_path / "report"), tmp_path / "profile", charts=charts)
 
 
 def test_runs_without_the_stability_metrics_leave_the_charts_out(tmp_path: Path) -> None:

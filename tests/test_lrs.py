@@ -1,0 +1,282 @@
+"""LR sensitivity (analysis/lrs.py, Wortsman et al. 2023 §2.2) against hand computations, and its part of the report
+(analysis/lr_panels.py, scripts/report_lrs.py) on a synthetic LR sweep: the CSVs, the table and the charts hold those
+numbers, and a sweep without an LR axis gets none of them."""
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import train as train_module
+from analysis.load import load_runs
+from analysis.lr_panels import lr_panels
+from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, t_interval
+from analysis.runs import Run
+from model.metric_names import attn_max_logit
+from scripts import report
+from tests.conftest import make_cfg
+from tests.test_report import DIVERGED_ERROR, config, draw_in_chromium, figures, finished, layouts, table, write_run
+
+LRS3 = [1e-3, 1e-2, 1e-1]
+HAND = 7.24 / 3 - 1.5  # (2.0 + 1.5 + 3.74) / 3 - 1.5 = 0.91333: losses 2.0, 1.5, diverged at l0 = 3.74
+T_975_2 = 4.302652729749464  # scipy.stats.t.ppf(0.975, 2), as tables give it (4.3027)
+PRE, POST = "norm.placement=pre norm.kind=layernorm", "norm.placement=post norm.kind=rmsnorm"
+
+
+def fake_run(lr: float, seed: int, init: float | None, final: float, state: str = "finished", kind: str = "layernorm") -> Run:
+    """An in-memory run: ``val/loss`` at step 0 (``init``; none when None), 50 (``final + 0.3``) and 100 (``final``)."""
+    points = ([(0, init)] if init is not None else []) + [(50, final + 0.3), (100, final)]
+    status = {"state": state, "step": 100, "max_steps": 100}
+    label = f"{kind},lr={lr:g},seed={seed}"
+    cfg = {"optim.lr": lr, "seed": seed, "norm.placement": "pre", "norm.kind": kind, "norm.impl": "custom"}
+    cfg["trainer.max_steps"] = 100
+    return Run(Path(label), label, config=cfg, series={"val/loss": points}, status=status)
+
+
+def only_family(runs: list[Run]) -> Family:
+    study = lr_study(runs)
+    assert study is not None and len(study.families) == 1
+    return study.families[0]
+
+
+def test_lr_sensitivity_of_the_hand_example() -> None:
+    for bad in (None, math.nan, math.inf):
+        assert lr_sensitivity([2.0, 1.5, bad], 3.74) == pytest.approx(HAND) == pytest.approx(0.91333, abs=1e-5)
+
+
+def test_lr_sensitivity_of_an_all_finite_grid_caps_at_the_loss_at_init() -> None:
+    assert lr_sensitivity([2.0, 1.8, 2.6], 3.0) == pytest.approx((2.0 + 1.8 + 2.6) / 3 - 1.8)  # 0.3333: nothing capped
+    assert lr_sensitivity([2.0, 4.0], 3.0) == pytest.approx(0.5)  # 4.0 counts as l0 = 3.0 (uncapped: 1.0)
+    assert lr_sensitivity([2.0, 2.0, 2.0], 3.0) == 0.0  # the same loss at every LR
+    assert capped_loss(4.0, 3.0) == 3.0 and capped_loss(None, 3.0) == 3.0 and capped_loss(2.5, 3.0) == 2.5
+    with pytest.raises(ValueError, match="empty"):
+        lr_sensitivity([], 3.0)
+    with pytest.raises(ValueError, match="finite"):
+        lr_sensitivity([2.0], math.nan)
+
+
+def test_t_interval_of_three_seeds() -> None:
+    lo, hi = t_interval([0.5, 0.7, 0.9])
+    half = T_975_2 * 0.2 / math.sqrt(3)  # sample std 0.2, stderr 0.2 / sqrt(3) = 0.11547
+    assert (lo, hi) == (pytest.approx(0.7 - half), pytest.approx(0.7 + half))
+    assert (lo, hi) == (pytest.approx(0.2032, abs=1e-4), pytest.approx(1.1968, abs=1e-4))
+    assert t_interval([0.5]) is None
+
+
+def test_a_family_with_a_diverged_run() -> None:
+    runs = [fake_run(1e-3, 0, 3.74, 2.0), fake_run(1e-2, 0, 3.74, 1.5), fake_run(1e-1, 0, 3.74, 9.0, "diverged")]
+    family = only_family(runs)
+    assert family.label == "norm.placement=pre norm.kind=layernorm norm.impl=custom" and family.grid == LRS3  # as variants
+    (seed,) = family.seeds
+    assert [c.state for c in seed.cells] == ["finished", "finished", "diverged"]
+    assert [c.final_loss for c in seed.cells] == [2.0, 1.5, None]  # the value at step 100, not step 50's
+    assert [c.capped for c in seed.cells] == [2.0, 1.5, 3.74]
+    assert family.values == [pytest.approx(HAND)] and family.mean_stderr == (pytest.approx(HAND), None)
+    assert family.ci95 is None and family.best_lr == 1e-2 and family.notes == []
+    assert [family.n_diverged(lr) for lr in LRS3] == [0, 0, 1]
+
+
+def test_an_incomplete_grid_gives_that_seed_no_lrs_and_a_note() -> None:
+    runs = [fake_run(lr, 0, 3.74, final) for lr, final in zip(LRS3, (2.0, 1.5, 1.7), strict=True)]
+    runs += [fake_run(1e-3, 1, 3.7, 2.1), fake_run(1e-2, 1, 3.7, 1.6), fake_run(1e-1, 1, 3.7, 1.2, "running")]
+    runs += [fake_run(1e-3, 2, 3.7, 2.1), fake_run(1e-2, 2, 3.7, 1.6)]  # no run at lr 0.1
+    crashed = fake_run(1e-1, 3, 3.7, 2.0)  # no status.json, stopped at step 50 of 100
+    crashed.status, crashed.series["val/loss"] = None, [(0, 3.7), (50, 2.0)]
+    runs += [fake_run(1e-3, 3, 3.7, 2.1), fake_run(1e-2, 3, 3.7, 1.6), crashed]
+    family = only_family(runs)
+    assert [s.sensitivity is None for s in family.seeds] == [False, True, True, True]
+    assert family.values == [pytest.approx((2.0 + 1.5 + 1.7) / 3 - 1.5)]  # seed 0 alone: never part of a grid
+    assert family.notes == [
+        "seed 1: no LRS, incomplete grid (lr 0.1 running)",
+        "seed 2: no LRS, incomplete grid (lr 0.1 has no run)",
+        "seed 3: no LRS, incomplete grid (lr 0.1 unknown (no status.json))",
+    ]
+    assert family.seeds[1].cells[2].capped is None and family.seeds[2].cells[2].state == "missing"
+    assert [m for m, _ in family.capped_band] == pytest.approx([2.0, 1.5, 1.7])  # over the averaged seed only
+
+
+def test_the_loss_at_init_comes_from_step_0() -> None:
+    old = only_family([fake_run(1e-3, 0, None, 2.0), fake_run(1e-2, 0, None, 1.5)])  # written before step 0 was logged
+    assert old.values == [] and old.seeds[0].init_loss is None and old.best_lr is None
+    assert old.notes == ["seed 0: no LRS, no run logged val/loss at step 0 (the loss at init; runs written before it was)"]
+    # runs of one seed disagree: the finished run's l0 is used (not the diverged one's), and a note says so
+    family = only_family([fake_run(1e-3, 0, 3.0, 2.0), fake_run(1e-2, 0, 2.9, 1.0, "diverged")])
+    assert family.seeds[0].init_loss == 3.0 and family.values == [pytest.approx((2.0 + 3.0) / 2 - 2.0)]
+    assert family.notes == [
+        "seed 0: val/loss at step 0 differs across its runs by 0.1 (> 1e-06), used layernorm,lr=0.001,seed=0's 3.000000"
+    ]
+    assert only_family([fake_run(1e-3, 0, 3.0, 2.0), fake_run(1e-2, 0, 3.0 + 1e-7, 1.0)]).notes == []  # within 1e-6
+
+
+def test_families_are_runs_that_differ_only_in_seed_and_lr() -> None:
+    runs = [fake_run(lr, s, 3.0, 2.0, kind=k) for k in ("layernorm", "rmsnorm") for lr in (1e-3, 1e-2) for s in (0, 1)]
+    study = lr_study(runs + [fake_run(1e-3, 0, 3.0, 2.0, kind="scalenorm")])
+    assert [(f.label, f.grid, [s.seed for s in f.seeds]) for f in study.families] == [
+        ("norm.kind=layernorm", [1e-3, 1e-2], [0, 1]), ("norm.kind=rmsnorm", [1e-3, 1e-2], [0, 1])]  # fmt: skip
+    assert study.notes == ["norm.kind=scalenorm: runs at one LR only (0.001), no LR sensitivity"]
+    # no LR axis: a single LR, or each LR confounded with another key (every family at one LR)
+    assert lr_study([fake_run(1e-3, s, 3.0, 2.0) for s in (0, 1)]) is None
+    assert lr_study([fake_run(1e-3, 0, 3.0, 2.0), fake_run(1e-2, 0, 3.0, 2.0, kind="rmsnorm")]) is None
+
+
+def test_training_logs_the_loss_at_init_at_step_0_the_same_at_every_lr(tmp_path: Path) -> None:
+    quick = ("trainer.max_steps=1", "trainer.eval_max_examples=5", "trainer.test_max_examples=5")
+    for lr in (1e-3, 1e-1):  # same seed: same init, same validation data
+        train_module.train(make_cfg(*quick, f"optim.lr={lr}"), tmp_path / f"lr={lr:g}")
+    runs = load_runs([tmp_path])
+    inits, finals = [init_loss_of(r) for r in runs], [final_loss_of(r) for r in runs]
+    assert inits[0] == inits[1] and finals[0] != finals[1] and all(f < inits[0] for f in finals)
+    assert [r.series["val/loss"][0][0] for r in runs] == [0, 0]  # logged first, before any training step
+    family = only_family(runs)
+    assert family.seeds[0].init_loss == inits[0] and family.values == [pytest.approx(abs(finals[0] - finals[1]) / 2)]
+
+
+# The synthetic LR sweep: family PRE (seed 0: the hand example; seed 1: its lr 0.1 run still running) and family
+# POST (3 seeds of LRS 0.5, 0.7, 0.9: finals 1.9 + 3 LRS, 2.0, 2.1 at l0 = 5.0). Max logits are recorded by the runs
+# at lr 0.1 and by POST's at lr 0.01 only.
+POST_LRS = [0.5, 0.7, 0.9]
+FINALS = {(PRE, 0): (3.74, [2.0, 1.5, None]), (PRE, 1): (3.7, [2.1, 1.6, None]),
+          **{(POST, s): (5.0, [1.9 + 3 * v, 2.0, 2.1]) for s, v in enumerate(POST_LRS)}}  # fmt: skip
+
+
+def top_logit(lr: float, seed: int, step: int) -> float:
+    """The larger of a run's two recorded attention max logits (the other is 1 less)."""
+    return 10 * lr * step + seed + 1
+
+
+def sweep_rows(init: float, final: float | None, lr: float, seed: int, last: int, logits: bool) -> list[dict]:
+    """metrics.jsonl rows up to step ``last``: val/loss at 0 (``init``), 50 (``final + 0.3``) and 100 (``final``),
+    and with ``logits`` two attentions' max logits at telemetry steps 1, 50, 100."""
+    rows = [{"step": 0, "val/loss": init}]
+    for step in (s for s in (1, 10, 50, 100) if s <= last):
+        row = {"step": step, "train/loss": 3.0 - step / 100}
+        if step in (50, 100):
+            row["val/loss"] = (final if final is not None else 2.0) + (0.3 if step == 50 else 0.0)
+        if logits and step != 10:
+            row[attn_max_logit("enc", 0, "self_attn").name] = top_logit(lr, seed, step) - 1
+            row[attn_max_logit("dec", 1, "cross_attn").name] = top_logit(lr, seed, step)
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def lr_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("lr_sweep")
+    for (family, seed), (init, finals) in FINALS.items():
+        placement, kind = ("pre", "layernorm") if family == PRE else ("post", "rmsnorm")
+        for lr, final in zip(LRS3, finals, strict=True):
+            logits = lr == 1e-1 or (family == POST and lr == 1e-2)
+            if final is not None:
+                rows, status = sweep_rows(init, final, lr, seed, 100, logits), finished(0.1)
+            elif seed == 0:  # diverged at step 61
+                rows = sweep_rows(init, None, lr, seed, 60, logits)
+                status = {"state": "diverged", "step": 61, "max_steps": 100, "error": DIVERGED_ERROR.format(61), "test": None}
+            else:  # still running at step 50
+                rows, status = sweep_rows(init, None, lr, seed, 50, logits), {"state": "running", "step": 50, "max_steps": 100}
+            write_run(root / f"{placement}_{kind},lr={lr:g},seed={seed}", config(placement, kind, seed, lr=lr), rows, status)
+    path = report.build_report([root], root / "report")
+    return path, path.read_text(encoding="utf-8")
+
+
+def read_csv(path: Path) -> list[dict]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_report_writes_lrs_csv(lr_sweep: tuple[Path, str]) -> None:
+    rows = {r["family"]: r for r in read_csv(lr_sweep[0].parent / "lrs.csv")}
+    pre, post = rows[PRE], rows[POST]
+    assert list(rows) == [POST, PRE]  # the families in first-seen order (run dirs sorted: post_... first)
+    assert (pre["n"], pre["lrs_stderr"], pre["ci95_lo"], pre["ci95_hi"], pre["best_lr"]) == ("1", "", "", "", "0.01")
+    assert float(pre["lrs_mean"]) == pytest.approx(HAND) and pre["per_seed_lrs"] == f"0={HAND!r}"
+    assert post["n"] == "3" and float(post["lrs_mean"]) == pytest.approx(0.7)
+    assert float(post["lrs_stderr"]) == pytest.approx(0.2 / math.sqrt(3))
+    assert (float(post["ci95_lo"]), float(post["ci95_hi"])) == (pytest.approx(0.2032, abs=1e-4), pytest.approx(1.1968, abs=1e-4))
+    assert [float(kv.split("=")[1]) for kv in post["per_seed_lrs"].split()] == pytest.approx(POST_LRS)
+    assert post["best_lr"] == "0.01"  # mean capped losses 4.0, 2.0, 2.1
+
+
+def test_report_writes_lr_sensitivity_csv(lr_sweep: tuple[Path, str]) -> None:
+    rows = {(r["family"], r["seed"], float(r["lr"])): r for r in read_csv(lr_sweep[0].parent / "lr_sensitivity.csv")}
+    assert len(rows) == 5 * 3
+    fields = ("final_val_loss", "init_loss", "capped_loss", "state")
+    assert tuple(rows[PRE, "0", 1e-3][k] for k in fields) == ("2.0", "3.74", "2.0", "finished")  # step 100's, not 50's
+    assert tuple(rows[PRE, "0", 1e-1][k] for k in fields) == ("", "3.74", "3.74", "diverged")
+    assert tuple(rows[PRE, "1", 1e-1][k] for k in fields) == ("", "3.7", "", "running")
+    assert float(rows[POST, "2", 1e-3]["capped_loss"]) == pytest.approx(4.6)
+
+
+def test_report_table_of_lr_sensitivity(lr_sweep: tuple[Path, str]) -> None:
+    rows, _ = table(lr_sweep[1], "data-family")
+    assert set(rows) == {PRE, POST}
+    assert rows[PRE]["n"] == ("1", "1 of 2") and rows[PRE]["lrs"][1] == "0.9133" and rows[PRE]["ci95"] == ("", "—")
+    assert rows[PRE]["diverged"] == ("1", "1 of 6") and rows[PRE]["best_lr"] == ("0.01", "0.01")
+    assert rows[PRE]["notes"][1] == "seed 1: no LRS, incomplete grid (lr 0.1 running)"
+    assert rows[POST]["lrs"][1] == "0.7000 ± 0.1155" and rows[POST]["ci95"][1] == "[0.2032, 1.1968]"
+    assert rows[POST]["per_seed"][1] == "seed 0: 0.5000, seed 1: 0.7000, seed 2: 0.9000"
+    assert "<h2>LR sensitivity</h2>" in lr_sweep[1]
+
+
+def test_report_draws_the_lr_charts(lr_sweep: tuple[Path, str]) -> None:
+    out, page = lr_sweep[0].parent, lr_sweep[1]
+    keys = ["lr_loss", "lrs", "attn_max_logit_lr_1", "attn_max_logit_lr_2"]  # no max logits at lr 0.001: no _3
+    assert list(figures(page))[-4:] == [f"plot-{k}" for k in keys]
+    for key in keys:
+        assert (out / f"{key}.png").stat().st_size > 5000 and f'href="{key}.png"' in page, key
+    assert not (out / "attn_max_logit_lr_3.png").exists()
+    assert layouts(page)["plot-lr_loss"]["xaxis"]["type"] == "log"
+    traces = figures(page)["plot-lr_loss"]
+    mean = {t["meta"]["variant"]: t for t in traces if t["meta"]["role"] == "mean"}
+    assert mean[PRE]["x"] == LRS3 and mean[PRE]["y"] == pytest.approx([2.0, 1.5, 3.74])  # seed 0 only
+    assert mean[POST]["y"] == pytest.approx([4.0, 2.0, 2.1])
+    (hi,) = [t for t in traces if t["meta"] == {"role": "band", "variant": POST} and t["name"].endswith("max")]
+    assert hi["y"] == pytest.approx([4.0 + 0.6 / math.sqrt(3), 2.0, 2.1])  # ± stderr over seeds
+    (mark,) = [t for t in traces if t["meta"]["role"] == "diverged"]
+    assert (mark["meta"]["variant"], mark["x"], mark["y"]) == (PRE, [0.1], [pytest.approx(3.74)])
+    points = {t["meta"]["variant"]: t for t in figures(page)["plot-lrs"]}
+    assert (points[POST]["x"], points[POST]["y"]) == ([1], [pytest.approx(0.7)])
+    assert points[POST]["name"] == f"{POST} (n = 3)" and points[POST]["hovertext"][0].startswith(f"{POST}: LRS 0.7000 ± 0.1155")
+    half = T_975_2 * 0.2 / math.sqrt(3)
+    assert points[POST]["error_y"]["array"] == pytest.approx([half]) == points[POST]["error_y"]["arrayminus"]
+    assert points[PRE]["x"] == [2] and "error_y" not in points[PRE]  # one seed: no interval
+
+
+def test_max_logit_at_the_highest_lrs_is_the_mean_over_seeds_of_the_max_over_attentions(lr_sweep: tuple[Path, str]) -> None:
+    traces = {t["meta"]["variant"]: t for t in figures(lr_sweep[1])["plot-attn_max_logit_lr_1"] if t["meta"]["role"] == "mean"}
+    # lr 0.1: POST's 3 seeds at 1, 50, 100; PRE's 2 seeds stopped after 50 (diverged, running): no mean at 100
+    assert traces[POST]["x"] == [1, 50, 100]
+    np.testing.assert_allclose(traces[POST]["y"], [np.mean([top_logit(0.1, s, t) for s in range(3)]) for t in (1, 50, 100)])
+    assert traces[PRE]["x"] == [1, 50] and traces[PRE]["y"] == pytest.approx([top_logit(0.1, 0.5, t) for t in (1, 50)])
+    (line,) = [t for t in figures(lr_sweep[1])["plot-attn_max_logit_lr_2"] if t["meta"]["role"] == "mean"]
+    assert line["meta"]["variant"] == POST and line["y"] == pytest.approx([top_logit(0.01, 1, t) for t in (1, 50, 100)])
+
+
+def test_the_pngs_draw_the_interval_and_the_log_axis(lr_sweep: tuple[Path, str]) -> None:
+    study = lr_study(load_runs([lr_sweep[0].parent.parent]))
+    panels = {p.key: p for p in lr_panels(study)}
+    colors = report.variant_colors(study.families)
+    fig = report.panel_figure(panels["lr_loss"], colors)
+    assert fig.axes[0].get_xscale() == "log" and "x: a run at this LR diverged (counted as the loss at init)" in (
+        fig.axes[0].get_legend_handles_labels()[1])  # fmt: skip
+    report.plt.close(fig)
+    fig = report.panel_figure(panels["lrs"], colors)
+    bars = [c for c in fig.axes[0].containers if c.has_yerr]  # POST's CI; PRE (one seed) has none
+    report.plt.close(fig)
+    assert len(bars) == 1
+
+
+def test_a_sweep_without_an_lr_axis_gets_no_lr_sensitivity(tmp_path: Path) -> None:
+    for seed in (0, 1):
+        rows = sweep_rows(3.0, 2.0, 2e-3, seed, 100, logits=False)
+        write_run(tmp_path / "sweep" / f"s{seed}", config("pre", "layernorm", seed), rows, finished(0.1))
+    page = report.build_report([tmp_path / "sweep"], tmp_path / "out").read_text()
+    assert len(figures(page)) == 5 and "LR sensitivity" not in page
+    written = {p.name for p in (tmp_path / "out").iterdir()}
+    assert not written & {"lrs.csv", "lr_sensitivity.csv", "lr_loss.png", "lrs.png", "attn_max_logit_lr_1.png"}
+
+
+@pytest.mark.browser
+def test_the_lr_charts_draw_in_chromium(lr_sweep: tuple[Path, str], tmp_path: Path) -> None:
+    draw_in_chromium(lr_sweep[0], tmp_path / "profile", charts=len(figures(lr_sweep[1])))
