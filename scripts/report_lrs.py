@@ -6,7 +6,9 @@ CSVs, written with the ``csv`` module into the report's folder (empty field: no 
 - ``lr_sensitivity.csv``: one row per family, seed and LR of the family's grid: ``family, seed, lr,
   final_val_loss`` (a finished run's last ``val/loss``), ``init_loss`` (the seed's l0), ``capped_loss``
   (min(final_val_loss, init_loss); init_loss for a diverged run), ``state`` (``finished``, ``diverged``,
-  ``missing``: no run, or the run's state: ``running``, ``interrupted``, ``failed``, ``unknown``);
+  ``missing``: no run, or the run's state: ``running``, ``interrupted``, ``failed``, ``unknown``),
+  ``max_attn_logit`` (the largest ``attn/.../max_logit`` over the run's attentions at its last telemetry record;
+  empty without one);
 - ``lrs.csv``: one row per family: ``family, n`` (seeds with an LRS), ``lrs_mean, lrs_stderr, ci95_lo, ci95_hi,
   per_seed_lrs`` (``seed=value`` pairs, space-separated), ``best_lr``.
 """
@@ -17,8 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from analysis.lrs import Family, LRStudy
+from analysis.runs import Run
 
-CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state")
+CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit")
 FAMILY_FIELDS = ("family", "n", "lrs_mean", "lrs_stderr", "ci95_lo", "ci95_hi", "per_seed_lrs", "best_lr")
 CSVS = ("lr_sensitivity.csv", "lrs.csv")
 NOTE = (
@@ -71,10 +74,16 @@ def lrs_note(study: LRStudy) -> str:
     return f'<p class="note">{html.escape(NOTE)}{left_out}</p>\n'
 
 
+def last_max_logit(run: Run | None) -> float | None:
+    """The largest attention max logit of ``run``'s last telemetry record that has any (None: none recorded)."""
+    records = [rec for _, rec in sorted(run.max_logit.items()) if rec] if run else []
+    return max(records[-1].values()) if records else None
+
+
 def cell_rows(study: LRStudy) -> list[tuple]:
     """The rows of ``lr_sensitivity.csv`` (``CELL_FIELDS``)."""
-    return [(f.label, s.seed, c.lr, c.final_loss, s.init_loss, c.capped, c.state) for f in study.families for s in f.seeds
-            for c in s.cells]  # fmt: skip
+    return [(f.label, s.seed, c.lr, c.final_loss, s.init_loss, c.capped, c.state, last_max_logit(c.run))
+            for f in study.families for s in f.seeds for c in s.cells]  # fmt: skip
 
 
 def family_rows(study: LRStudy) -> list[tuple]:

@@ -206,6 +206,9 @@ def test_report_writes_lr_sensitivity_csv(lr_sweep: tuple[Path, str]) -> None:
     assert tuple(rows[PRE, "0", 1e-1][k] for k in fields) == ("", "3.74", "3.74", "diverged")
     assert tuple(rows[PRE, "1", 1e-1][k] for k in fields) == ("", "3.7", "", "running")
     assert float(rows[POST, "2", 1e-3]["capped_loss"]) == pytest.approx(4.6)
+    # the larger of the two attentions' max logits at the last record (step 100); none recorded at lr 1e-3
+    assert float(rows[POST, "0", 1e-2]["max_attn_logit"]) == top_logit(1e-2, 0, 100) == 11.0
+    assert rows[POST, "0", 1e-3]["max_attn_logit"] == ""
 
 
 def test_report_table_of_lr_sensitivity(lr_sweep: tuple[Path, str]) -> None:
