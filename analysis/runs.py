@@ -125,8 +125,10 @@ class Run:
         return values[-1] if values else None
 
     def best(self, metric: str, lower_is_better: bool = True) -> float | None:
-        """The best finite value of ``metric`` over the run, or None."""
-        values = [v for _, v in self.series.get(metric, []) if v is not None]
+        """The best finite value of ``metric`` the run's training reached, or None. Step 0 is left out: its
+        ``val/loss`` is the untrained model's, which would otherwise stand as the best of a run whose validations
+        were all worse, and of one that diverged before its first validation (None here)."""
+        values = [v for s, v in self.series.get(metric, []) if v is not None and s > 0]
         return (min if lower_is_better else max)(values) if values else None
 
     def spike_score(self, series: str) -> float | None:

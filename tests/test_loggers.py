@@ -1,4 +1,7 @@
-"""training/loggers.py: wandb plots every per-step metric, telemetry included, against ``trainer/step``."""
+"""training/loggers.py: wandb plots every per-step metric, telemetry included, against ``trainer/step``; metrics.jsonl
+holds each step once across a run dir's attempts."""
+
+import json
 
 import pytest
 
@@ -55,3 +58,17 @@ def test_every_telemetry_family_is_plotted_against_the_trainer_step(tmp_path, mo
     # wandb-core matches a glob by the prefix before its "*" (internal/runmetric, matchGlobMetric)
     for name in [m.name for m in SAMPLES] + ["train/loss", "val/per", "test/bleu", "optim/lr", "perf/tokens_per_s"]:
         assert [g for g in globs if name.startswith(g[:-1])] == [f"{name.split('/')[0]}/*"], name
+
+
+@pytest.mark.parametrize(("resume_step", "kept", "next_step"), [(0, [], 0), (5, [0, 1, 2, 3, 4, 5], 6)])
+def test_metrics_jsonl_keeps_an_earlier_attempts_rows_up_to_the_resume_step_and_none_on_a_fresh_start(
+    tmp_path, resume_step, kept, next_step
+) -> None:
+    # An earlier attempt in this dir logged steps 0 (the loss at initialization) to 8; its checkpoint is at step 5.
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "val/loss": 4.0 - s / 10}) + "\n" for s in range(9)))
+    logger = loggers.MetricsLogger(tmp_path, None, resume_step=resume_step)
+    logger.log(next_step, {"val/loss": 3.0})  # a fresh start logs its own step 0; a resumed run goes on after 5
+    logger.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [*kept, next_step]  # one step-0 row either way
+    assert [r["val/loss"] for r in rows] == [4.0 - s / 10 for s in kept] + [3.0]

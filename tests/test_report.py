@@ -368,6 +368,27 @@ def test_a_lone_point_is_drawn_with_a_marker(hard: tuple[Path, str]) -> None:
     assert labels.count(report.DIVERGED_LABEL) == 1
 
 
+def test_the_loss_at_initialization_starts_the_validation_curve_but_is_never_the_best(tmp_path: Path) -> None:
+    # train.py logs val/loss at step 0, before the first update. Three runs with an initial loss of 3.8: one that
+    # improves on it, one whose validations are all worse, and one that diverged at step 20, before its first.
+    initial = {"step": 0, "val/loss": 3.8}
+    write_run(tmp_path / "better", config("pre", "layernorm", 0), [initial, *metric_rows(1.0, 0, 0.1)], finished(0.1))
+    write_run(tmp_path / "worse", config("pre", "layernorm", 1), [initial, *metric_rows(5.0, 1, 0.9)], finished(0.9))
+    diverged = {"state": "diverged", "step": 20, "max_steps": 100, "error": DIVERGED_ERROR.format(20), "test": None}
+    rows = [initial, {"step": 10, "train/loss": 3.0}]
+    write_run(tmp_path / "early", config("pre", "layernorm", 0, lr=1.0), rows, diverged)
+    runs = {r.label: r for r in load_runs([tmp_path])}
+    assert runs["better"].best("val/loss") == pytest.approx(loss(1.0, 0, 100) + 0.2)  # 1.23, below 3.8
+    assert runs["worse"].best("val/loss") == pytest.approx(loss(5.0, 1, 100) + 0.2)  # 5.24, not 3.8
+    assert runs["early"].best("val/loss") is None and runs["early"].diverged_at == 20
+    panels = {p.key: p for p in build_panels(group_variants(list(runs.values())), "g2p")}
+    curves = {line.name: line for line in panels["val_loss"].lines if line.role == "run"}
+    assert curves["better"].x == [0, *EVAL_STEPS] and curves["better"].y[0] == 3.8
+    # The diverged run's x sits on its only validation loss, the one at step 0; the PER chart has none for it.
+    marks = {k: [(line.x, line.y) for line in panels[k].lines if line.role == "diverged"] for k in ("val_loss", "val_per")}
+    assert marks == {"val_loss": [([0], [3.8])], "val_per": []}
+
+
 def test_status_missing_null_loss_means_diverged(tmp_path: Path) -> None:
     run = load_run(write_run(tmp_path / "r", config("pre", "layernorm", 0), metric_rows(1.0, 0, None, diverge_at=20), None), "r")
     assert run.diverged and run.status_state == "unknown" and run.diverged_at == 20 and not run.finished

@@ -21,9 +21,12 @@ from training.optim import build_optimizer, build_scheduler
 EXACT = ["trainer.max_steps=12", "trainer.log_every=1", "model.dropout=0.1", "telemetry.every=4"]
 
 
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
 def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: (r["train/loss"], r["optim/lr"]) for r in rows if "train/loss" in r}
+    return {r["step"]: (r["train/loss"], r["optim/lr"]) for r in rows(run_dir) if "train/loss" in r}
 
 
 def test_a_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_path, monkeypatch):
@@ -50,6 +53,9 @@ def test_a_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_p
     straight, resumed = losses(tmp_path / "straight"), losses(tmp_path / "stopped")
     assert sorted(resumed) == list(range(1, 13))
     assert resumed == straight  # loss and lr, bit for bit, at every step
+    # The loss at initialization was logged by the first attempt only, not again on resume.
+    initial = {d: [r for r in rows(tmp_path / d) if r["step"] == 0] for d in ("straight", "stopped")}
+    assert initial["stopped"] == initial["straight"] and len(initial["stopped"]) == 1
     a, b = (load_checkpoint(tmp_path / d / "checkpoint.pt") for d in ("straight", "stopped"))
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     # The spike scores' state rode the checkpoint: the resumed run's window holds all 12 steps' values.
@@ -196,7 +202,11 @@ def test_a_resumed_wandb_run_stays_one_wandb_run(tmp_path, monkeypatch):
     assert first_id == second_id  # one wandb run, two offline folders
     assert json.loads((run_dir / "status.json").read_text())["wandb_id"] == first_id  # where the id is kept
     assert (first_resumes, second_resumes) == (False, True)  # the second attempt resumes it when synced
-    assert first == [1, 2, 3, 4, 5] and second == [6, 7, 8]  # every step once, none dropped
+    assert first == [0, 1, 2, 3, 4, 5] and second == [6, 7, 8]  # every step once, none dropped, step 0 too
+    (initial,) = [r.history for r in wandb_records(sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))[0])
+                  if r.HasField("history") and r.history.step.num == 0]  # fmt: skip
+    logged = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in initial.item}
+    assert logged["trainer/step"] == 0 and logged["val/loss"] == rows(run_dir)[0]["val/loss"]  # plotted at x = 0
 
     from click.testing import CliRunner
     from wandb.cli.cli import sync

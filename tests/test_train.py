@@ -1,10 +1,12 @@
 """train(cfg) end to end on tiny settings: presets, metrics file, resume, bad input."""
 
+import copy
 import json
 import math
 import subprocess
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,8 +15,12 @@ from omegaconf import OmegaConf
 
 import train as train_module
 import training.step
+from model import EncoderDecoder
 from tests.conftest import ROOT, make_cfg
 from training.checkpoint import load_checkpoint
+from training.evaluate import evaluate_loss
+from training.run import model_config
+from training.tasks import build_task
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml") if p.stem != "_base")
 # Each preset as written, plus the native impl of the presets whose kind has one.
@@ -50,6 +56,48 @@ def test_run_dir_holds_named_metrics_config_checkpoint_and_vocab(tmp_path):
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
     assert ckpt["step"] == 20 and ckpt["model_config"]["norm"]["placement"] == "post"
     assert (tmp_path / "src_vocab.json").is_file() and (tmp_path / "tgt_vocab.json").is_file()
+
+
+def test_the_first_row_is_the_valid_loss_at_initialization(tmp_path):
+    cfg = make_cfg("seed=3", "model.dropout=0.3", "trainer.max_steps=2")  # dropout: the loss must be eval mode's
+    train_module.train(cfg, tmp_path)
+    first, *rest = read_metrics(tmp_path)
+    # The same model built by hand: seeded as start_run seeds it, then initialized.
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg, None, None)
+    sizes = task.src_vocab.get_vocab_size(), task.tgt_vocab.get_vocab_size()
+    model = EncoderDecoder(replace(model_config(cfg, *sizes), share_embeddings=task.share_embeddings))
+    expected = evaluate_loss(model, task.data["valid"], cfg.trainer.max_tokens, torch.device("cpu"))
+    assert first.keys() == {"step", "val/loss"} and first["step"] == 0
+    assert first["val/loss"] == pytest.approx(expected, abs=1e-6)
+    assert all(r["step"] >= 1 for r in rest)  # nothing else is logged before the first update
+
+
+def test_the_step_0_evaluation_leaves_training_bit_identical(tmp_path, monkeypatch):
+    # Dropout on and a per-step log, so a random number drawn, or a mode left switched, shows in every loss.
+    overrides = ["trainer.max_steps=6", "trainer.log_every=1", "model.dropout=0.1", "telemetry.every=3"]
+    train_module.train(make_cfg(*overrides), tmp_path / "with")
+    monkeypatch.setattr(train_module, "log_init_loss", lambda run: None)
+    train_module.train(make_cfg(*overrides), tmp_path / "without")
+
+    def untimed(run_dir: Path) -> list[dict]:  # perf/ and mem/ measure the machine, not the training
+        return [{k: v for k, v in r.items() if not k.startswith(("perf/", "mem/"))} for r in read_metrics(run_dir)]
+
+    with_init, without = untimed(tmp_path / "with"), untimed(tmp_path / "without")
+    assert with_init[0].keys() == {"step", "val/loss"} and with_init[1:] == without  # every later row, bit for bit
+    a, b = (load_checkpoint(tmp_path / d / "checkpoint.pt") for d in ("with", "without"))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert torch.equal(a["rng"][0]["torch"], b["rng"][0]["torch"]) and a["rng"][0]["python"] == b["rng"][0]["python"]
+
+
+def test_training_leaves_the_cached_task_data_as_it_found_it(tmp_path):
+    cfg = make_cfg("trainer.max_steps=10")
+    task = build_task(cfg, None, None)  # the data and vocabularies every run of this process shares (tasks._g2p_data)
+    before = copy.deepcopy((task.data, task.eval_sets)), task.src_vocab.to_str(), task.tgt_vocab.to_str()
+    train_module.train(cfg, tmp_path)  # trains, validates at step 0 and 10, decodes valid and test
+    again = build_task(cfg, None, None)
+    assert again.data is task.data  # the run used these very objects
+    assert ((again.data, again.eval_sets), again.src_vocab.to_str(), again.tgt_vocab.to_str()) == before
 
 
 def test_plot_scales_draws_pngs_from_a_run(tmp_path):

@@ -48,6 +48,7 @@ class MetricsLogger:
         wandb_run: kwargs for ``wandb.init`` (project, group, name, tags, config), or None for no wandb.
         resume_step: the step this run starts after (0: a fresh start): rows an earlier run in
             this dir logged past it (after its last checkpoint) are dropped, so every step appears once.
+            A fresh start drops them all, the earlier run's step-0 row too (it logs its own).
     """
 
     def __init__(self, run_dir: Path | None, wandb_run: dict[str, Any] | None, resume_step: int = 0) -> None:
@@ -58,7 +59,7 @@ class MetricsLogger:
             if path.exists():
                 rows = [(json.loads(line)["step"], line) for line in path.read_text(encoding="utf-8").splitlines()]
                 last_logged = max((step for step, _ in rows), default=0)
-                kept = "".join(f"{line}\n" for step, line in rows if step <= resume_step)
+                kept = "".join(f"{line}\n" for step, line in rows if resume_step and step <= resume_step)
                 atomic_write(path, lambda f: f.write(kept.encode()))
             self._file = path.open("a", encoding="utf-8")
         self._wandb = None
