@@ -41,9 +41,10 @@ target tokens: :meth:`Telemetry.record_logits`), and from AdamW's state after th
 (:meth:`Telemetry.record_adam`) ``update/{s}.{i}/adam_rms`` (StableAdamW's RMS of g / sqrt(v_hat)
 over block i) and ``optim/below_eps`` (the share of coordinates with sqrt(v_hat) < eps).
 Parameters, read as they are before the step's update (:meth:`Telemetry.record_parameters`):
-``weight/{s}.{i}.{m}/{sigma_max|stable_rank}`` (each block matrix's spectral norm by warm-started
-power iteration, and ||W||_F^2 / sigma_max^2) and ``scale/{s}.{i}.{site}/{stat}`` (norm gains, DyT's
-alpha, DyISRU's beta, ReZero / LayerScale gates, the l2 QK-norm temperature).
+``weight/{s}.{i}.{m}/{sigma_max|stable_rank}`` (each block matrix's spectral norm by power iteration,
+warm-started from the last record's vector, across resumes too: :meth:`Telemetry.state_dict`; and
+||W||_F^2 / sigma_max^2) and ``scale/{s}.{i}.{site}/{stat}`` (norm gains, DyT's alpha, DyISRU's beta,
+ReZero / LayerScale gates, the l2 QK-norm temperature).
 
 Cost: hooks exist only inside :meth:`Telemetry.watch`, so steps that do not record pay nothing;
 statistics stay on the device until :meth:`Telemetry.collect` moves them in one transfer.
@@ -477,8 +478,9 @@ class Telemetry:
         """sigma_max and stable rank of ``weight`` (out, in) by power iteration (Miyato et al. 2018,
         arXiv 1802.05957, Alg. 1; ``torch.nn.utils.parametrizations.spectral_norm``): u = normalize(W v),
         v = normalize(W^T u), sigma = u^T W v = ||W^T u||. The vector v persists per matrix across
-        record steps (``POWER_ITERS`` iterations each; ``POWER_ITERS_FIRST`` from a ``POWER_SEED`` vector
-        on the first), so the estimate, a lower bound, converges over records as the weights drift.
+        record steps and resumes (``POWER_ITERS`` iterations each; ``POWER_ITERS_FIRST`` from a ``POWER_SEED``
+        vector on the first; :meth:`state_dict`), so the estimate, a lower bound, converges over records
+        as the weights drift.
         Stable rank = ||W||_F^2 / sigma^2 (Rudelson & Vershynin 2007), 0 for W = 0."""
         w = weight.detach().float()
         v = self._power.get(key)
@@ -498,6 +500,18 @@ class Telemetry:
         self._stats[weight_spectrum(stack, i, site, "sigma_max").name] = sigma
         stable_rank = w.square().sum() / sigma.square().clamp_min(torch.finfo(torch.float32).tiny)
         self._stats[weight_spectrum(stack, i, site, "stable_rank").name] = stable_rank
+
+    def state_dict(self) -> dict[str, dict[tuple[str, int, str], torch.Tensor]]:
+        """What a checkpoint carries so that a resumed run's ``weight/.../sigma_max`` series goes on as if
+        never stopped: ``power``, each matrix's power-iteration vector v ((in,) float32, on the CPU), keyed
+        by (stack, layer, site). No generator state is needed: a matrix's first vector comes from a
+        generator seeded anew with ``POWER_SEED``."""
+        return {"power": {key: v.cpu() for key, v in self._power.items()}}
+
+    def load_state_dict(self, state: dict[str, dict[tuple[str, int, str], torch.Tensor]]) -> None:
+        """Continue from :meth:`state_dict`'s vectors, moved to the model's device."""
+        device = next(self.model.parameters()).device
+        self._power = {tuple(key): v.to(device) for key, v in state["power"].items()}
 
     def _record_scales(self, stack: str, i: int, r: str, residual: nn.Module) -> None:
         """The learned scales of residual ``r`` of block ``i``: its norm slots, its gate, and, in an

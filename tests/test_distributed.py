@@ -9,12 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from tests.conftest import ROOT
 from training.checkpoint import load_checkpoint
 from training.distributed import strip_local_rank
+from training.spikes import SpikeScore
 
 DEFAULTS = ["model=tiny", "trainer=smoke", "logger=none"]  # every cadence as the presets set it
 # log 5, telemetry 3, eval 7, checkpoint 4: each decides a different set of steps, so a rank that
@@ -95,6 +97,94 @@ def test_two_ranks_stopped_and_resumed_continue_each_rank_rng_stream_exactly(tmp
     assert resumed == straight  # bit for bit at every logged step
     a, b = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")["model"], load_checkpoint(stopped / "checkpoint.pt")["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# Run as `torchrun ... per_rank.py <overrides>` in the test's dir: each rank writes rank<RANK>.jsonl, one line
+# per micro-batch (its token-mean cross-entropy, z-loss term and real target tokens, as token_losses returns
+# them) and one per step (the gradient norm train_step returns), read back without changing a value.
+PER_RANK_VALUES = f"""
+import json, os, runpy, sys
+sys.path.insert(0, {str(ROOT)!r})
+import training.step
+from data.tokenizer import PAD_ID
+log = open("rank" + os.environ["RANK"] + ".jsonl", "w")
+real_losses, real_step = training.step.token_losses, training.step.train_step
+def token_losses(logits, tgt_out, options):
+    ce, z = real_losses(logits, tgt_out, options)
+    log.write(json.dumps(dict(ce=ce.item(), z=z.item(), tokens=int(tgt_out.ne(PAD_ID).sum()))) + "\\n")
+    return ce, z
+def train_step(*args, **kwargs):
+    result = real_step(*args, **kwargs)
+    log.write(json.dumps(dict(grad_norm=result.grad_norm.item())) + "\\n")
+    log.flush()
+    return result
+training.step.token_losses, training.step.train_step = token_losses, train_step  # train.py imports train_step from here
+runpy.run_path({str(ROOT / "train.py")!r}, run_name="__main__")
+"""
+
+
+def per_rank_steps(path: Path) -> list[dict]:
+    """Each step of one rank's ``rank<RANK>.jsonl``: {"micro": [its micro-batches' lines], "grad_norm": ...}."""
+    steps, micro = [], []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if "grad_norm" in row:
+            steps.append({"micro": micro, "grad_norm": row["grad_norm"]})
+            micro = []
+        else:
+            micro.append(row)
+    return steps
+
+
+@pytest.mark.dist
+def test_two_ranks_log_z_loss_and_spike_scores_of_every_rank_s_tokens(tmp_path):
+    """2 ranks, default cadences (log every 5, telemetry at 1 and 20, checkpoints at 10 and 20), optim.z_loss=1e-4.
+
+    Definitions (training/step.py, training/window.py, docs/telemetry.md): a step's loss and z-loss are the means
+    over every real target token of the step, all micro-batches of all ranks, i.e. each rank's token-mean
+    weighted by its token count (not the plain mean over ranks); ``train/loss`` and ``train/z_loss`` average
+    them over the steps of the logging window. The spike scores are fed every step's loss so defined and the
+    global gradient norm (the same on every rank); with 20 steps, fewer than the 100 values a spike needs,
+    both scores are 0, and the checkpoint's window holds the 20 values themselves. A hang in the logging
+    window's all-reduce would end in ``run``'s timeout.
+    """
+    (tmp_path / "per_rank.py").write_text(PER_RANK_VALUES)
+    run_dir = tmp_path / "run"
+    run([*TORCHRUN, str(tmp_path / "per_rank.py"), *DEFAULTS, "optim.z_loss=1e-4", f"hydra.run.dir={run_dir}"], tmp_path)
+
+    ranks = [per_rank_steps(tmp_path / f"rank{r}.jsonl") for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == 20
+    loss, z_loss, grad_norm, plain = [], [], [], []  # plain: the mean over ranks of their z-loss, a wrong definition
+    for both in zip(*ranks, strict=True):
+        micro = [m for step in both for m in step["micro"]]
+        tokens = sum(m["tokens"] for m in micro)
+        loss.append(sum(m["ce"] * m["tokens"] for m in micro) / tokens)
+        z_loss.append(sum(m["z"] * m["tokens"] for m in micro) / tokens)
+        plain.append(np.mean([m["z"] for m in micro]))
+        assert both[0]["grad_norm"] == both[1]["grad_norm"]  # all-reduced gradients: one global norm
+        grad_norm.append(both[0]["grad_norm"])
+
+    rows = {r["step"]: r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "train/loss" in r}
+    assert sorted(rows) == [1, 5, 10, 15, 20]
+    spikes = {"loss": SpikeScore(), "grad_norm": SpikeScore()}
+    for first, last in [(1, 1), (2, 5), (6, 10), (11, 15), (16, 20)]:  # the logging windows
+        window = slice(first - 1, last)
+        assert rows[last]["train/loss"] == pytest.approx(np.mean(loss[window]), rel=1e-6)
+        assert rows[last]["train/z_loss"] == pytest.approx(np.mean(z_loss[window]), rel=1e-6)
+        assert rows[last]["train/z_loss"] != pytest.approx(np.mean(plain[window]), rel=1e-6)  # the ranks' tokens differ
+        spikes["loss"].add(loss[window])
+        spikes["grad_norm"].add(grad_norm[window])
+        for name, score in spikes.items():
+            assert rows[last][f"train/spike_score_{name}"] == score.score
+    # Rank 0's first micro-batch is the one telemetry reads out/logz = mean log Z from at step 1:
+    # mean (log Z)^2 >= (mean log Z)^2, and log Z varies little between tokens at init.
+    assert rows[1]["out/logz"] ** 2 <= ranks[0][0]["micro"][0]["z"] / 1e-4 <= 1.01 * rows[1]["out/logz"] ** 2
+
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["spike_score_loss"] == status["spike_score_grad_norm"] == 0.0
+    state = load_checkpoint(run_dir / "checkpoint.pt")["spikes"]
+    assert state["loss"]["history"] == pytest.approx(loss, rel=1e-6) and state["grad_norm"]["history"] == grad_norm
+    assert state["loss"]["steps"] == state["grad_norm"]["steps"] == 20 and state["loss"]["spikes"] == 0
 
 
 def test_legacy_local_rank_flags_are_removed_and_set_local_rank(monkeypatch):

@@ -1,8 +1,9 @@
-"""Never lose a run: exact resume after SIGTERM, corrupt checkpoints, re-running a run dir, and
-the learning-rate schedule replayed from (config, step)."""
+"""Never lose a run: exact resume after SIGTERM (losses, spike scores, telemetry's sigma_max series),
+corrupt checkpoints, re-running a run dir, and the learning-rate schedule replayed from (config, step)."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,9 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import DictConfig
 
 import train as train_module
+from model.telemetry import POWER_ITERS_FIRST
 from tests.conftest import ROOT, make_cfg
+from tests.test_telemetry_params import torch_sigma
 from training.checkpoint import load_checkpoint, load_latest_good
 from training.optim import build_optimizer, build_scheduler
 
@@ -29,24 +33,29 @@ def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
     return {r["step"]: (r["train/loss"], r["optim/lr"]) for r in rows(run_dir) if "train/loss" in r}
 
 
-def test_a_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_path, monkeypatch):
-    train_module.train(make_cfg(*EXACT), tmp_path / "straight")
-
+def stop_by_sigterm(monkeypatch: pytest.MonkeyPatch, cfg: DictConfig, run_dir: Path, step: int) -> None:
+    """Train ``cfg`` in ``run_dir`` with a SIGTERM landing in the middle of step ``step``, as a cluster
+    would send it: the run checkpoints that step and raises RunInterrupted (checked here)."""
     real_step, calls = train_module.train_step, {"n": 0}
 
-    def sigterm_at_step_5(*args, **kwargs):
+    def sigterm_in_step(*args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 5:  # as a cluster would: the signal lands in the middle of a step
+        if calls["n"] == step:
             os.kill(os.getpid(), signal.SIGTERM)
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(train_module, "train_step", sigterm_at_step_5)
-    with pytest.raises(train_module.RunInterrupted, match="stopped by SIGTERM after step 5"):
-        train_module.train(make_cfg(*EXACT), tmp_path / "stopped")
+    monkeypatch.setattr(train_module, "train_step", sigterm_in_step)
+    with pytest.raises(train_module.RunInterrupted, match=f"stopped by SIGTERM after step {step};"):
+        train_module.train(cfg, run_dir)
+    monkeypatch.setattr(train_module, "train_step", real_step)
+
+
+def test_a_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_path, monkeypatch):
+    train_module.train(make_cfg(*EXACT), tmp_path / "straight")
+    stop_by_sigterm(monkeypatch, make_cfg(*EXACT), tmp_path / "stopped", 5)
     assert json.loads((tmp_path / "stopped" / "status.json").read_text())["state"] == "interrupted"
     assert load_checkpoint(tmp_path / "stopped" / "checkpoint.pt")["step"] == 5
     assert "RunInterrupted" in (tmp_path / "stopped" / "error.log").read_text()
-    monkeypatch.setattr(train_module, "train_step", real_step)
     train_module.train(make_cfg(*EXACT), tmp_path / "stopped")  # train.resume=auto: continues at step 6
     assert not (tmp_path / "stopped" / "error.log").exists()  # the interruption's log went with it
 
@@ -63,6 +72,39 @@ def test_a_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_p
     for d in ("straight", "stopped"):  # 12 steps: none has the 100 values before it that scoring needs
         status = json.loads((tmp_path / d / "status.json").read_text())
         assert status["spike_score_loss"] == status["spike_score_grad_norm"] == 0.0
+
+
+# Telemetry records at steps 1, 2, 4, 6, 8 (every 2 and the last); the runs below stop after step 3, between two records.
+SIGMA = ["trainer.max_steps=8", "telemetry.every=2"]
+
+
+def sigma_max(run_dir: Path) -> dict[int, dict[str, float]]:
+    """{record step: {``weight/.../sigma_max`` name: value}} of a run's metrics."""
+    records = [r for r in rows(run_dir) if any(k.startswith("weight/") for k in r)]
+    return {r["step"]: {k: v for k, v in r.items() if k.endswith("/sigma_max")} for r in records}
+
+
+def test_a_resumed_run_logs_the_sigma_max_series_of_an_uninterrupted_run(tmp_path, monkeypatch):
+    train_module.train(make_cfg(*SIGMA), tmp_path / "straight")
+    stop_by_sigterm(monkeypatch, make_cfg(*SIGMA), tmp_path / "stopped", 3)
+    ckpt = load_checkpoint(tmp_path / "stopped" / "checkpoint.pt")
+    assert len(ckpt["telemetry"]["power"]) == 2 * 6 + 2 * 10  # one vector per block matrix of the tiny model
+    old = tmp_path / "old"  # the same checkpoint as written before it held the vectors
+    shutil.copytree(tmp_path / "stopped", old)
+    del ckpt["telemetry"]
+    torch.save(ckpt, old / "checkpoint.pt")
+    (old / "checkpoint.pt.sha256").unlink()
+    for d in ("stopped", "old"):
+        train_module.train(make_cfg(*SIGMA), tmp_path / d)
+
+    straight, resumed, fresh = (sigma_max(tmp_path / d) for d in ("straight", "stopped", "old"))
+    assert sorted(resumed) == sorted(straight) == [1, 2, 4, 6, 8] and len(resumed[8]) == 32
+    assert resumed == straight  # bit for bit, the records after the resume (4, 6, 8) too
+    # Without the vectors the first record after the resume starts over: POWER_ITERS_FIRST iterations from the
+    # first vector, on the weights step 4 reads before its update (the checkpoint's).
+    name, w = "weight/dec.0.cross_attn.v/sigma_max", ckpt["model"]["decoder.0.cross_attn.branch.v_proj.weight"]
+    assert fresh[4][name] == pytest.approx(torch_sigma(w, POWER_ITERS_FIRST), rel=1e-5)
+    assert fresh[4][name] != straight[4][name] and fresh[2] == straight[2]
 
 
 def test_sigterm_from_outside_checkpoints_and_exits_143(tmp_path):
@@ -184,18 +226,7 @@ def wandb_attempts(run_dir: Path) -> list[tuple[str, bool, list[int]]]:
 def test_a_resumed_wandb_run_stays_one_wandb_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     run_dir, steps = tmp_path / "run", ["logger=wandb", "trainer.max_steps=8", "trainer.log_every=1"]
-    real_step, calls = train_module.train_step, {"n": 0}
-
-    def sigterm_at_step_5(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real_step(*args, **kwargs)
-
-    monkeypatch.setattr(train_module, "train_step", sigterm_at_step_5)
-    with pytest.raises(train_module.RunInterrupted, match="after step 5"):
-        train_module.train(make_cfg(*steps), run_dir)
-    monkeypatch.setattr(train_module, "train_step", real_step)
+    stop_by_sigterm(monkeypatch, make_cfg(*steps), run_dir, 5)
     train_module.train(make_cfg(*steps), run_dir)
 
     (first_id, first_resumes, first), (second_id, second_resumes, second) = wandb_attempts(run_dir)

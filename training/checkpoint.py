@@ -5,8 +5,10 @@ A checkpoint is one ``torch.save`` dict: ``config`` (resolved run config), ``mod
 (a list with one entry per rank: that rank's torch CPU, its own CUDA device's and Python ``random``
 states; a single dict in checkpoints written before per-rank streams), ``counters`` (training seconds and tokens so far),
 ``spikes`` (the spike scores' running state, ``training.spikes.RunSpikes``; absent from checkpoints
-written before spike scores), ``task`` and ``vocab`` (see ``training/tasks.py``) and ``format``. The
-learning-rate schedule is not stored: it is a function of (config, step), re-planned on resume.
+written before spike scores), ``telemetry`` (each weight matrix's power-iteration vector,
+``model.telemetry.Telemetry.state_dict``; absent from checkpoints written before it), ``task`` and
+``vocab`` (see ``training/tasks.py``) and ``format``. The learning-rate schedule is not stored: it
+is a function of (config, step), re-planned on resume.
 
 On disk a run dir holds ``checkpoint.pt`` (latest), ``checkpoint.prev.pt`` (the one before) and a
 ``.sha256`` file next to each. A write goes to a temp file, is fsynced, and only then renamed
@@ -26,7 +28,8 @@ from training.atomic import atomic_write
 from training.renames import with_current_names
 
 FORMAT = "normlab-checkpoint-v2"
-KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "counters", "spikes", "vocab")
+KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "counters", "spikes", "telemetry",
+        "vocab")  # fmt: skip
 LATEST, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
 
 

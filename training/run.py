@@ -36,7 +36,8 @@ from training.tasks import G2PTask, TranslationTask, build_task
 @dataclass
 class Run:
     """One training run: its config, where it writes, the model and everything that trains it,
-    and the counters that a checkpoint carries (``step``, ``data_position``, ``counters``, ``spikes``)."""
+    and the counters that a checkpoint carries (``step``, ``data_position``, ``counters``, ``spikes``, and
+    ``telemetry``'s power-iteration vectors)."""
 
     cfg: DictConfig
     run_dir: Path
@@ -129,6 +130,7 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
     if ckpt and (diff := config_diff(saved_model_config(ckpt["model_config"]), mcfg.to_dict())):
         raise ValueError(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
     model = EncoderDecoder(mcfg).to(device)
+    telemetry = Telemetry(model, tcfg)
     opt = build_optimizer(model, cfg.optim.lr, tuple(cfg.optim.betas), cfg.optim.weight_decay, cfg.optim.eps)
     state: dict[str, Any] = {}
     if ckpt:
@@ -142,6 +144,8 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
         if "spikes" in ckpt:  # absent from checkpoints written before spike scores: those then cover the steps after it
             state["spikes"] = RunSpikes()
             state["spikes"].load_state_dict(ckpt["spikes"])
+        if "telemetry" in ckpt:  # absent from checkpoints written before it: the power iterations then start afresh
+            telemetry.load_state_dict(ckpt["telemetry"])
     step = state.get("step", 0)
     sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay, start_step=step)
     if cfg.schedule.warmup_steps >= tc.max_steps:
@@ -156,7 +160,7 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
     logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None, resume_step=step)
     print(f"normlab: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, norm {mcfg.norm.placement}/"
           f"{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, run dir {run_dir}")  # fmt: skip
-    return Run(cfg, run_dir, is_main, device, world, mcfg, task, model, ddp, opt, sched, Telemetry(model, tcfg), logger,
+    return Run(cfg, run_dir, is_main, device, world, mcfg, task, model, ddp, opt, sched, telemetry, logger,
                options, peak_flops(device, tc.peak_tflops), **state)  # fmt: skip
 
 
@@ -201,7 +205,7 @@ def save_run(run: Run) -> None:
         "config": OmegaConf.to_container(run.cfg, resolve=True), "model_config": run.mcfg.to_dict(),
         "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
         "data_position": run.data_position, "rng": rngs, "counters": run.counters, "spikes": run.spikes.state_dict(),
-        **run.task.checkpoint_state(),
+        "telemetry": run.telemetry.state_dict(), **run.task.checkpoint_state(),
     })  # fmt: skip
     wall, tokens = run.counters["wall_s"], run.counters["tgt_tokens"]
     write_status(run.run_dir, step=run.step, wall_s=wall, tokens_per_s=tokens / max(wall, 1e-9), **run.spikes.status())

@@ -28,7 +28,7 @@ import numpy as np
 WINDOW = 1000  # values the mean and std are over (OLMo 2)
 THRESHOLD = 7.0  # standard deviations above the mean (OLMo 2)
 MIN_HISTORY = 100  # values needed before a step can be a spike (normlab's choice, see the module docstring)
-SERIES = ("loss", "grad_norm")  # what a run scores: StepResult.loss (summed over ranks) and .grad_norm
+SERIES = ("loss", "grad_norm")  # what a run scores: StepResult.loss (summed over ranks / world: the step's loss) and .grad_norm
 
 
 class SpikeScore:
