@@ -28,6 +28,7 @@ from typing import Any
 
 from scipy import stats
 
+from analysis.paired import PairedDifference, paired_difference
 from analysis.runs import Run, finite
 from analysis.stats import mean_stderr
 from analysis.variants import NORM_KEYS, config_label, differing_keys
@@ -157,6 +158,18 @@ class LRStudy:
 
     families: list[Family]
     notes: list[str]
+
+    def family(self, label: str | None) -> Family | None:
+        """The family labelled ``label`` (None for None or for no such family)."""
+        return next((f for f in self.families if f.label == label), None)
+
+
+def lrs_versus(family: Family, baseline: Family) -> PairedDifference | None:
+    """``family``'s LRS − ``baseline``'s, paired by seed over the seeds both have an LRS for (paired t test,
+    :func:`analysis.paired.paired_difference`); None for the baseline itself."""
+    if family is baseline:
+        return None
+    return paired_difference(*({s.seed: s.sensitivity for s in f.averaged} for f in (family, baseline)))
 
 
 def run_lr(run: Run) -> float | None:

@@ -8,7 +8,7 @@ counted, never averaged and never paired. Metrics are the run's values as stored
 
 import math
 import statistics
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from scipy import stats as scipy_stats
@@ -57,6 +57,14 @@ def paired_difference(values: dict[Hashable, float], baseline: dict[Hashable, fl
     return PairedDifference(n, mean, (lo, hi), not lo <= 0.0 <= hi)
 
 
+def delta_text(diff: PairedDifference, signed: Callable[[float], str]) -> str:
+    """``+0.57 [+0.05, +1.08] (3)``; ``n.s.`` appended when the interval covers 0."""
+    if diff.mean is None:
+        return "— (0)"
+    ci = "" if diff.ci95 is None else f" [{signed(diff.ci95[0])}, {signed(diff.ci95[1])}]"
+    return f"{signed(diff.mean)}{ci} ({diff.n}){' n.s.' if diff.significant is False else ''}"
+
+
 def quality_metrics(task: str) -> dict[str, Getter]:
     """The metrics compared between variants, by the variants table's column key: each test metric of ``task``
     (``test/per``, ``test/wer``; ``test/bleu``, ``test/chrf``) and ``best_val_loss`` (the run's lowest valid loss)."""
@@ -96,18 +104,19 @@ def versus(variant: Variant, baseline: Variant, get: Getter) -> PairedDifference
     return paired_difference(seed_values(variant.runs, get), seed_values(baseline.runs, get))
 
 
-def find_baseline(variants: list[Variant], label: str | None) -> Variant | None:
-    """The variant labelled ``label`` (None for None).
+def find_baseline(variants: list[Variant], label: str | None, others: Sequence[str] = ()) -> Variant | None:
+    """The variant labelled ``label`` (None for None, or for a label in ``others``: e.g. an LR family's, which
+    the LR-sensitivity table compares against instead).
 
     Raises:
-        ReportError: no variant has that label; the message lists the valid ones.
+        ReportError: neither a variant nor one of ``others`` has that label; the message lists the valid ones.
     """
-    if label is None:
+    if label is None or label in others:
         return None
     for variant in variants:
         if variant.label == label:
             return variant
-    valid = ", ".join(repr(v.label) for v in variants)
+    valid = ", ".join(repr(label) for label in [*(v.label for v in variants), *others])
     raise ReportError(f"unknown --baseline {label!r}; valid: {valid}")
 
 

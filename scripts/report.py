@@ -67,7 +67,7 @@ from analysis.paired import (  # noqa: E402
     BASELINE_COLUMNS,
     SUMMARY_COLUMNS,
     Getter,
-    PairedDifference,
+    delta_text,
     find_baseline,
     finished_values,
     noise_floor,
@@ -352,14 +352,6 @@ def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: 
     return f"{key}:delta", f"{header} Δ vs {baseline.label}: mean [95% CI] (pairs)", cell
 
 
-def delta_text(diff: PairedDifference, signed: Callable[[float], str]) -> str:
-    """``+0.57 [+0.05, +1.08] (3)``; ``n.s.`` appended when the interval covers 0."""
-    if diff.mean is None:
-        return "— (0)"
-    ci = "" if diff.ci95 is None else f" [{signed(diff.ci95[0])}, {signed(diff.ci95[1])}]"
-    return f"{signed(diff.mean)}{ci} ({diff.n}){' n.s.' if diff.significant is False else ''}"
-
-
 def variants_html(variants: list[Variant], task: str, baseline: Variant | None) -> str:
     """The variants table, under a note pointing to summary.csv and, with ``baseline``, the method of the Δ columns,
     the baseline and its noise floor per metric."""
@@ -521,9 +513,10 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     """
     runs = load_runs(dirs, progress=lambda items: tqdm(items, desc="report: reading runs", unit="run", file=sys.stderr))
     variants = group_variants(runs)
-    compared_to = find_baseline(variants, baseline)
     task = detect_task(runs)
     study = lr_study(runs)  # None without an LR axis
+    family_baseline = study.family(baseline) if study else None  # --baseline FAMILY: compare LR sensitivities
+    compared_to = find_baseline(variants, baseline, [f.label for f in study.families] if study else [])
     colors = variant_colors(variants) | variant_colors(study.families if study else [])
     panels = build_panels(variants, task) + stability_panels(variants) + lr_panels(study)
     out.mkdir(parents=True, exist_ok=True)
@@ -537,9 +530,9 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     if probes := probes_html(ordered):
         tables.append(("Probes", probes))
     if study:
-        lrs_table = table_html(lrs_columns(), study.families, "data-family", lambda f: "")
+        lrs_table = table_html(lrs_columns(family_baseline), study.families, "data-family", lambda f: "")
         tables.insert(1, ("LR sensitivity", lrs_note(study) + lrs_table))  # after the variants: a summary of them
-        write_csvs(study, out)
+        write_csvs(study, out, family_baseline)
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
     write_summary(out / "summary.csv", summary_rows(variants, task, compared_to), compared_to is not None)
     after = {[p.key for p in panels].index("grad_vs_depth"): growth_html(write_depth_csvs(variants, out))}
@@ -554,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", type=Path, metavar="SWEEP_DIR", help="sweep dir(s), run dir(s), or folders of them")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <first dir>/report)")
     parser.add_argument("--baseline", metavar="VARIANT", default=None,
-                        help="a variant label as the variants table shows it: compare each variant to it by seed")  # fmt: skip
+                        help="a variant label as the variants table shows it (or an LR family's, as the LR-sensitivity "
+                             "table shows it): compare each variant (family's LRS) to it by seed")  # fmt: skip
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else args.dirs[0] / "report"
     try:

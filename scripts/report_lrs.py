@@ -10,7 +10,9 @@ CSVs, written with the ``csv`` module into the report's folder (empty field: no 
   ``max_attn_logit`` (the largest ``attn/.../max_logit`` over the run's attentions at its last telemetry record;
   empty without one);
 - ``lrs.csv``: one row per family: ``family, n`` (seeds with an LRS), ``lrs_mean, lrs_stderr, ci95_lo, ci95_hi,
-  per_seed_lrs`` (``seed=value`` pairs, space-separated), ``best_lr``.
+  per_seed_lrs`` (``seed=value`` pairs, space-separated), ``best_lr``, and with ``--baseline FAMILY`` ``baseline,
+  diff_mean, diff_ci95_lo, diff_ci95_hi, pairs, significant`` (the family's LRS − the baseline's, paired t test over
+  the seeds both have an LRS for; empty without a baseline and in the baseline's own row).
 """
 
 import csv
@@ -18,11 +20,13 @@ import html
 from collections.abc import Callable
 from pathlib import Path
 
-from analysis.lrs import Family, LRStudy
+from analysis.lrs import Family, LRStudy, lrs_versus
+from analysis.paired import delta_text
 from analysis.runs import Run
 
 CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit")
-FAMILY_FIELDS = ("family", "n", "lrs_mean", "lrs_stderr", "ci95_lo", "ci95_hi", "per_seed_lrs", "best_lr")
+PAIRED_FIELDS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant")
+FAMILY_FIELDS = ("family", "n", "lrs_mean", "lrs_stderr", "ci95_lo", "ci95_hi", "per_seed_lrs", "best_lr", *PAIRED_FIELDS)
 CSVS = ("lr_sensitivity.csv", "lrs.csv")
 NOTE = (
     "LR sensitivity (Wortsman et al. 2023, arXiv 2309.14322, §2.2): a family is the runs that differ only in the seed "
@@ -53,14 +57,23 @@ def _ci_cell(family: Family) -> tuple[str | None, str]:
     return (None, "—") if ci is None else (f"{ci[0]!r} {ci[1]!r}", f"[{_fmt(ci[0])}, {_fmt(ci[1])}]")
 
 
-def lrs_columns() -> list[tuple[str, str, Callable[[Family], tuple]]]:
+def lrs_columns(baseline: Family | None = None) -> list[tuple[str, str, Callable[[Family], tuple]]]:
     """The LR-sensitivity table's columns, as ``scripts.report.table_html`` takes them: (key, header, cell), where
-    cell(family) -> (raw value for data-value, shown text)."""
+    cell(family) -> (raw value for data-value, shown text); with ``baseline``, after the CI a column ``lrs:delta``:
+    the family's LRS − the baseline's, paired by seed (:func:`analysis.lrs.lrs_versus`), ``n.s.`` when its 95% CI
+    covers 0, empty in the baseline's row."""
+
+    def delta(f: Family) -> tuple:
+        diff = lrs_versus(f, baseline)
+        return (None, "") if diff is None else (diff.mean, delta_text(diff, lambda x: f"{x:+.4f}"))
+
+    compared = [("lrs:delta", f"LRS Δ vs {baseline.label}: mean [95% CI] (pairs)", delta)] if baseline else []
     return [
         ("family", "family", lambda f: (f.label, f.label)),
         ("n", "seeds (n)", lambda f: (len(f.values), f"{len(f.values)} of {len(f.seeds)}")),
         ("lrs", "LRS: mean ± stderr", _mean_cell),
         ("ci95", "95% CI", _ci_cell),
+        *compared,
         ("per_seed", "per seed", lambda f: (per_seed(f), ", ".join(f"seed {s.seed}: {_fmt(s.sensitivity)}" for s in f.averaged))),
         ("diverged", "runs diverged", lambda f: (k := sum(r.diverged for r in f.runs), f"{k} of {len(f.runs)}")),
         ("best_lr", "best LR", lambda f: (f.best_lr, "—" if f.best_lr is None else f"{f.best_lr:g}")),
@@ -86,19 +99,23 @@ def cell_rows(study: LRStudy) -> list[tuple]:
             for f in study.families for s in f.seeds for c in s.cells]  # fmt: skip
 
 
-def family_rows(study: LRStudy) -> list[tuple]:
-    """The rows of ``lrs.csv`` (``FAMILY_FIELDS``)."""
+def family_rows(study: LRStudy, baseline: Family | None = None) -> list[tuple]:
+    """The rows of ``lrs.csv`` (``FAMILY_FIELDS``); the last six empty without ``baseline`` and in its own row."""
     rows = []
     for f in study.families:
         ci = f.ci95 or (None, None)
-        rows.append((f.label, len(f.values), *f.mean_stderr, *ci, per_seed(f), f.best_lr))
+        diff = lrs_versus(f, baseline) if baseline else None
+        paired = (None,) * 5 if diff is None else (diff.mean, *(diff.ci95 or (None, None)), diff.n, diff.significant)
+        rows.append((f.label, len(f.values), *f.mean_stderr, *ci, per_seed(f), f.best_lr, baseline and baseline.label, *paired))
     return rows
 
 
-def write_csvs(study: LRStudy, out: Path) -> list[Path]:
-    """Write ``lr_sensitivity.csv`` and ``lrs.csv`` into ``out``; returns their paths."""
+def write_csvs(study: LRStudy, out: Path, baseline: Family | None = None) -> list[Path]:
+    """Write ``lr_sensitivity.csv`` and ``lrs.csv`` (with ``baseline``: the paired LRS differences) into ``out``;
+    returns their paths."""
     paths = []
-    for name, fields, rows in zip(CSVS, (CELL_FIELDS, FAMILY_FIELDS), (cell_rows(study), family_rows(study)), strict=True):
+    tables = (cell_rows(study), family_rows(study, baseline))
+    for name, fields, rows in zip(CSVS, (CELL_FIELDS, FAMILY_FIELDS), tables, strict=True):
         path = out / name
         with path.open("w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)

@@ -12,7 +12,7 @@ import pytest
 import train as train_module
 from analysis.load import load_runs
 from analysis.lr_panels import lr_panels
-from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, t_interval
+from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, lrs_versus, t_interval
 from analysis.runs import Run
 from model.metric_names import attn_max_logit
 from scripts import report
@@ -283,3 +283,32 @@ def test_a_sweep_without_an_lr_axis_gets_no_lr_sensitivity(tmp_path: Path) -> No
 @pytest.mark.browser
 def test_the_lr_charts_draw_in_chromium(lr_sweep: tuple[Path, str], tmp_path: Path) -> None:
     draw_in_chromium(lr_sweep[0], tmp_path / "profile", charts=len(figures(lr_sweep[1])))
+
+
+def test_lrs_versus_is_the_paired_t_test_of_per_seed_lrs() -> None:
+    # two LRs per seed, both finished below l0 = 5: LRS = |a - b| / 2. layernorm: 0.5, 0.6, 0.7; rmsnorm: 0.5 each
+    runs = [fake_run(lr, seed, 5.0, final, kind=kind) for kind, tops in (("layernorm", (2.0, 2.2, 2.4)), ("rmsnorm", (2.0,) * 3))
+            for seed, top in enumerate(tops) for lr, final in ((1e-3, 1.0), (1e-2, top))]  # fmt: skip
+    study = lr_study(runs)
+    layer, rms = (study.family(f"norm.kind={kind}") for kind in ("layernorm", "rmsnorm"))
+    assert layer.values == pytest.approx([0.5, 0.6, 0.7]) and rms.values == pytest.approx([0.5] * 3)
+    diff = lrs_versus(layer, rms)  # differences 0, 0.1, 0.2: mean 0.1, sd 0.1
+    half = T_975_2 * 0.1 / math.sqrt(3)
+    assert (diff.n, diff.mean, diff.significant) == (3, pytest.approx(0.1), False)
+    assert diff.ci95 == (pytest.approx(0.1 - half), pytest.approx(0.1 + half))  # [-0.1484, 0.3484]: covers 0
+    assert lrs_versus(rms, rms) is None and study.family("norm.kind=none") is None
+
+
+def test_report_with_a_family_baseline_adds_the_paired_lrs_difference(lr_sweep: tuple[Path, str], tmp_path: Path) -> None:
+    root = lr_sweep[0].parents[1]
+    path = report.build_report([root], tmp_path, baseline=PRE)
+    rows = {r["family"]: r for r in read_csv(tmp_path / "lrs.csv")}
+    post, pre = rows[POST], rows[PRE]
+    # PRE's seed 1 grid is incomplete: one pair (seed 0), POST's 0.5 - PRE's 0.91333, no interval
+    assert (post["baseline"], post["pairs"], post["diff_ci95_lo"], post["significant"]) == (PRE, "1", "", "")
+    assert float(post["diff_mean"]) == pytest.approx(POST_LRS[0] - HAND)
+    assert (pre["baseline"], pre["diff_mean"], pre["pairs"]) == (PRE, "", "")
+    cells, _ = table(path.read_text(encoding="utf-8"), "data-family")
+    assert cells[POST]["lrs:delta"][1] == f"{POST_LRS[0] - HAND:+.4f} (1)" and cells[PRE]["lrs:delta"][1] == ""
+    with pytest.raises(report.ReportError, match=f"valid: .*'{POST}'"):
+        report.build_report([root], tmp_path / "bad", baseline="norm.placement=none")

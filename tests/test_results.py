@@ -38,11 +38,11 @@ def test_every_number_comes_from_its_csv(path: str, keys: list[str], rows: list[
     with (DOCS / path).open(encoding="utf-8") as f:
         records = {tuple(r[k] for k in keys): r for r in csv.DictReader(f)}
     header, body = rows[0], rows[1:]
-    columns = [re.search(r"`([^`]+)`", h).group(1) for h in header[len(keys):]]
+    columns = [re.search(r"`([^`]+)`", h).group(1) for h in header[len(keys) :]]
     assert body, f"{path}: empty table"
     for row in body:
         record = records[tuple(row[: len(keys)])]
-        for column, cell in zip(columns, row[len(keys):], strict=True):
+        for column, cell in zip(columns, row[len(keys) :], strict=True):
             value = record[column]
             if cell in ("diverged", "—"):
                 assert value == "" or not math.isfinite(float(value)), f"{path} {row[0]} {column}: {cell} vs {value}"
@@ -50,4 +50,5 @@ def test_every_number_comes_from_its_csv(path: str, keys: list[str], rows: list[
             match = NUMBER.match(cell)
             assert match, f"{path} {row[0]} {column}: {cell!r} is not a number"
             decimals = len(match.group(1) or "")
-            assert abs(float(cell) - float(value)) <= 0.5 * 10**-decimals + 1e-12, f"{path} {row[:len(keys)]} {column}: {cell} vs {value}"
+            where = f"{path} {row[: len(keys)]} {column}"
+            assert abs(float(cell) - float(value)) <= 0.5 * 10**-decimals + 1e-12, f"{where}: {cell} vs {value}"
