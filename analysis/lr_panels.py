@@ -84,5 +84,6 @@ def lr_panels(study: LRStudy | None) -> list[Panel]:
     for j, lr in enumerate(top, 1):
         if lines := [line for f in study.families if (line := max_logit_line(f, lr))]:
             title = f"Max attention logit vs step at lr = {lr:g} (max over a run's attentions; mean over seeds, min-max band)"
-            panels.append(Panel(f"attn_max_logit_lr_{j}", title, "training step", MAX_LOGIT_AXIS, lines))
+            # log y: at a high LR one family's logits can be 1,000 times another's (pre-LN vs QK-norm)
+            panels.append(Panel(f"attn_max_logit_lr_{j}", title, "training step", MAX_LOGIT_AXIS, lines, log_y=True))
     return panels

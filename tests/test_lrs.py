@@ -230,6 +230,7 @@ def test_report_draws_the_lr_charts(lr_sweep: tuple[Path, str]) -> None:
         assert (out / f"{key}.png").stat().st_size > 5000 and f'href="{key}.png"' in page, key
     assert not (out / "attn_max_logit_lr_3.png").exists()
     assert layouts(page)["plot-lr_loss"]["xaxis"]["type"] == "log"
+    assert layouts(page)["plot-attn_max_logit_lr_1"]["yaxis"]["type"] == "log"
     traces = figures(page)["plot-lr_loss"]
     mean = {t["meta"]["variant"]: t for t in traces if t["meta"]["role"] == "mean"}
     assert mean[PRE]["x"] == LRS3 and mean[PRE]["y"] == pytest.approx([2.0, 1.5, 3.74])  # seed 0 only
