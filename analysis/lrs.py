@@ -26,17 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scipy import stats
-
 from analysis.paired import PairedDifference, paired_difference
 from analysis.runs import Run, finite
-from analysis.stats import mean_stderr
+from analysis.stats import mean_stderr, t_interval
 from analysis.variants import NORM_KEYS, config_label, differing_keys
 
 LR_KEY = "optim.lr"
 LOSS = "val/loss"
 INIT_TOLERANCE = 1e-6  # nats/token: one family and seed's runs share init and data, so their l0 should agree
-CONFIDENCE = 0.95
 COMPLETE = ("finished", "diverged")  # the states whose final loss is known
 
 
@@ -58,16 +55,6 @@ def lr_sensitivity(losses: Sequence[float | None], init_loss: float) -> float:
         raise ValueError(f"the loss at init must be finite, got {init_loss}")
     capped = [capped_loss(loss, init_loss) for loss in losses]
     return statistics.fmean(capped) - min(capped)
-
-
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """The ``confidence`` interval of the mean of ``values``: mean ∓ t.ppf((1 + confidence) / 2, n - 1) * stderr
-    (Student's t, n - 1 degrees of freedom; stderr of :func:`analysis.stats.mean_stderr`); None for n < 2."""
-    mean, stderr = mean_stderr(list(values))
-    if stderr is None:
-        return None
-    half = float(stats.t.ppf((1 + confidence) / 2, len(values) - 1)) * stderr
-    return mean - half, mean + half
 
 
 @dataclass

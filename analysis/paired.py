@@ -6,16 +6,13 @@ As in the report's variants table, only finished runs enter: a diverged (or cras
 counted, never averaged and never paired. Metrics are the run's values as stored (PER/WER as fractions).
 """
 
-import math
 import statistics
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from scipy import stats as scipy_stats
-
 from analysis.load import ReportError
 from analysis.runs import TASKS, Run
-from analysis.stats import mean_stderr
+from analysis.stats import mean_stderr, t_interval
 from analysis.variants import Variant
 
 Getter = Callable[[Run], float | None]
@@ -48,13 +45,9 @@ def paired_difference(values: dict[Hashable, float], baseline: dict[Hashable, fl
     sd 0.2082, t(0.975, 2) = 4.3027, so 95% CI [0.0496, 1.0838]: significant.
     """
     diffs = [values[seed] - baseline[seed] for seed in values if seed in baseline]
-    n = len(diffs)
     mean = statistics.fmean(diffs) if diffs else None
-    if n < 2:
-        return PairedDifference(n, mean, None, None)
-    half = float(scipy_stats.t.ppf(0.5 + CI_LEVEL / 2, n - 1)) * statistics.stdev(diffs) / math.sqrt(n)
-    lo, hi = mean - half, mean + half
-    return PairedDifference(n, mean, (lo, hi), not lo <= 0.0 <= hi)
+    ci = t_interval(diffs, CI_LEVEL)  # the paired t test's interval: the t interval of the mean difference
+    return PairedDifference(len(diffs), mean, ci, None if ci is None else not ci[0] <= 0.0 <= ci[1])
 
 
 def delta_text(diff: PairedDifference, signed: Callable[[float], str]) -> str:

@@ -1,5 +1,5 @@
 """Statistics over a variant's runs: the mean curve with its min-max or standard-error band, the mean of
-per-run records at one step, and the mean ± standard error.
+per-run records at one step, the mean ± standard error, and the t interval of a mean.
 
 Diverged runs are never averaged as if they had finished: :func:`curves_band` gives a mean only at
 steps where every run has a finite value.
@@ -7,9 +7,10 @@ steps where every run has a finite value.
 
 import math
 import statistics
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 from analysis.runs import Run
 
@@ -69,3 +70,13 @@ def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:
     None for a mean of no values or a stderr of fewer than two."""
     mean = statistics.fmean(values) if values else None
     return mean, statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """The ``confidence`` interval of the mean of ``values``: mean ∓ t.ppf((1 + confidence) / 2, n - 1) * stderr
+    (Student's t, n - 1 degrees of freedom, ``scipy.stats.t``; stderr of :func:`mean_stderr`); None for n < 2."""
+    mean, stderr = mean_stderr(list(values))
+    if stderr is None:
+        return None
+    half = float(scipy_stats.t.ppf((1 + confidence) / 2, len(values) - 1)) * stderr
+    return mean - half, mean + half

@@ -12,8 +12,9 @@ import pytest
 import train as train_module
 from analysis.load import load_runs
 from analysis.lr_panels import lr_panels
-from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, lrs_versus, t_interval
+from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, lrs_versus
 from analysis.runs import Run
+from analysis.stats import t_interval
 from model.metric_names import attn_max_logit
 from scripts import report
 from tests.conftest import make_cfg
