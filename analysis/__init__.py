@@ -9,5 +9,6 @@
 - ``stability``: variants -> the report's stability charts (max logit, log Z, spectral norm, kurtosis), the same way;
 - ``depth``: variants -> the rows of the report's depth_profile.csv and depth_growth.csv (residual RMS growth with depth);
 - ``lrs``: runs -> LR families and their LR sensitivity (Wortsman et al. 2023), per seed and across seeds;
-- ``lr_panels``: an LR study -> the report's LR-sensitivity charts, the same way.
+- ``lr_panels``: an LR study -> the report's LR-sensitivity charts, the same way;
+- ``csvs``: writing the report's CSVs.
 """

@@ -9,11 +9,10 @@ the number behind "pre-LN's residual stream grows with depth, post-LN's stays fl
 arXiv 2002.04745; Liu et al. 2020, arXiv 2004.08249), read from a sweep's own runs.
 """
 
-import csv
 import json
-from collections.abc import Iterable
 from pathlib import Path
 
+from analysis.csvs import write_csv
 from analysis.runs import Run
 from analysis.stats import mean_stderr
 from analysis.variants import Variant
@@ -81,15 +80,6 @@ def growth_rows(variants: list[Variant]) -> list[dict[str, object]]:
     return rows
 
 
-def write_csv(path: Path, columns: Iterable[str], rows: list[dict[str, object]]) -> None:
-    """``rows`` under the header ``columns``; floats as ``repr`` (every digit), None empty (the csv module's own rules)."""
-    columns = tuple(columns)
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        writer.writerows([row[c] for c in columns] for row in rows)
-
-
 def write_depth_csvs(variants: list[Variant], out: Path) -> list[dict[str, object]]:
     """Write ``out/depth_profile.csv`` (:func:`profile_rows`) and ``out/depth_growth.csv`` (:func:`growth_rows`) when a
     run recorded block telemetry; nothing otherwise. Returns the growth rows ([] when nothing was written)."""
@@ -97,6 +87,6 @@ def write_depth_csvs(variants: list[Variant], out: Path) -> list[dict[str, objec
     if not profile:
         return []
     rows = growth_rows(variants)
-    write_csv(out / "depth_profile.csv", PROFILE_COLUMNS, profile)
-    write_csv(out / "depth_growth.csv", GROWTH_COLUMNS, rows)
+    for name, columns, table in (("depth_profile.csv", PROFILE_COLUMNS, profile), ("depth_growth.csv", GROWTH_COLUMNS, rows)):
+        write_csv(out / name, columns, ([row[c] for c in columns] for row in table))
     return rows

@@ -41,7 +41,6 @@ charts' data live in the ``analysis`` package; this script draws them.
 
 import argparse
 import base64
-import csv
 import html
 import math
 import sys
@@ -59,6 +58,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from analysis.csvs import write_csv  # noqa: E402
 from analysis.depth import STEP_KINDS, write_depth_csvs  # noqa: E402
 from analysis.load import ReportError, load_runs  # noqa: E402
 from analysis.lr_panels import lr_panels  # noqa: E402
@@ -383,10 +383,8 @@ def write_summary(path: Path, rows: list[dict[str, object]], with_baseline: bool
     """``summary.csv``: ``rows`` of ``analysis.paired.summary_rows`` under ``SUMMARY_COLUMNS`` (+ ``BASELINE_COLUMNS``
     ``with_baseline``); floats as repr, None and non-finite empty, booleans ``true``/``false``."""
     columns = SUMMARY_COLUMNS + (BASELINE_COLUMNS if with_baseline else ())
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        writer.writerows([str(v).lower() if isinstance(v, bool) else _raw(v) for v in (row[c] for c in columns)] for row in rows)
+    cells = ([str(v).lower() if isinstance(v, bool) else _raw(v) for v in (row[c] for c in columns)] for row in rows)
+    write_csv(path, columns, cells)
 
 
 def growth_html(rows: list[dict[str, object]]) -> str:

@@ -15,11 +15,11 @@ CSVs, written with the ``csv`` module into the report's folder (empty field: no 
   the seeds both have an LRS for; empty without a baseline and in the baseline's own row).
 """
 
-import csv
 import html
 from collections.abc import Callable
 from pathlib import Path
 
+from analysis.csvs import write_csv
 from analysis.lrs import Family, LRStudy, lrs_versus
 from analysis.paired import delta_text
 from analysis.runs import Run
@@ -113,13 +113,5 @@ def family_rows(study: LRStudy, baseline: Family | None = None) -> list[tuple]:
 def write_csvs(study: LRStudy, out: Path, baseline: Family | None = None) -> list[Path]:
     """Write ``lr_sensitivity.csv`` and ``lrs.csv`` (with ``baseline``: the paired LRS differences) into ``out``;
     returns their paths."""
-    paths = []
-    tables = (cell_rows(study), family_rows(study, baseline))
-    for name, fields, rows in zip(CSVS, (CELL_FIELDS, FAMILY_FIELDS), tables, strict=True):
-        path = out / name
-        with path.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(fields)
-            writer.writerows(rows)
-        paths.append(path)
-    return paths
+    tables = zip(CSVS, (CELL_FIELDS, FAMILY_FIELDS), (cell_rows(study), family_rows(study, baseline)), strict=True)
+    return [write_csv(out / name, fields, rows) for name, fields, rows in tables]
