@@ -21,6 +21,8 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   ``sigma_max_vs_depth_<j>.png`` for the j-th variant, ``out_logz.png``, ``kurtosis_vs_depth.png``.
 - ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with ``--baseline``
   the paired difference and its CI, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
+- ``runs.csv``, always: the per-run table unformatted, one row per run under its variant's label (the values behind
+  the seed statistics: PER/WER as fractions, losses in nats).
 - ``depth_profile.csv`` and ``depth_growth.csv``, when a run recorded block telemetry (``analysis/depth.py``): every run's
   residual RMS, gradient norm and kurtosis per (step, block), and per variant each stack's growth (RMS leaving its last
   block / its first) at the first and last telemetry record, mean ± stderr over seeds, shown as a table under the
@@ -387,6 +389,13 @@ def write_summary(path: Path, rows: list[dict[str, object]], with_baseline: bool
     write_csv(path, columns, cells)
 
 
+def write_runs(path: Path, variants: list, columns: list[Column]) -> None:
+    """``runs.csv``: the per-run table's unformatted values (``data-value``), one row per run, after a ``variant`` column
+    (the label its run is averaged under); floats as repr, None and non-finite empty."""
+    rows = ([v.label, *(_raw(cell(r)[0]) for _, _, cell in columns)] for v in variants for r in v.runs)
+    write_csv(path, ["variant", *(key for key, _, _ in columns)], rows)
+
+
 def growth_html(rows: list[dict[str, object]]) -> str:
     """The depth-growth table under the depth charts: per variant (``data-growth``), each stack's growth at its first and
     last telemetry record (``data-col`` ``enc:first``, ..., ``data-value`` the mean) as ``mean ± stderr (n = k, step s)``,
@@ -533,6 +542,7 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
         write_csvs(study, out, family_baseline)
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
     write_summary(out / "summary.csv", summary_rows(variants, task, compared_to), compared_to is not None)
+    write_runs(out / "runs.csv", variants, run_columns(task))
     after = {[p.key for p in panels].index("grad_vs_depth"): growth_html(write_depth_csvs(variants, out))}
     path = out / "index.html"
     path.write_text(page_html(title, header_html(dirs, runs, variants, pngs), plots, tables, after), encoding="utf-8")

@@ -169,6 +169,17 @@ def test_summary_csv_without_baseline(paired_sweep: Path, tmp_path: Path) -> Non
     assert "Δ vs" not in (tmp_path / "index.html").read_text(encoding="utf-8")
 
 
+def test_runs_csv_holds_every_run_unformatted(paired_sweep: Path, tmp_path: Path) -> None:
+    report.build_report([paired_sweep], tmp_path)
+    with (tmp_path / "runs.csv").open(newline="", encoding="utf-8") as f:
+        rows = {(r["variant"], r["seed"]): r for r in csv.DictReader(f)}
+    assert len(rows) == 9
+    assert float(rows[POST, "0"]["test/per"]) == 0.105 and rows[POST, "0"]["state"] == "finished"
+    assert float(rows[BASE, "2"]["best_val_loss"]) == pytest.approx(best_val_loss(1.0, 2), rel=1e-12)
+    diverged = rows[RMS, "1"]  # listed, its state and step given, no test metric
+    assert (diverged["diverged"], diverged["test/per"], diverged["step"]) == ("True", "", "60")
+
+
 def test_an_unknown_baseline_is_an_error_listing_the_variants(paired_sweep: Path, tmp_path: Path, capsys) -> None:
     with pytest.raises(ReportError, match=r"unknown --baseline 'norm=pre_ln'; valid: .*'norm.placement=post norm.kind=rmsnorm'"):
         report.build_report([paired_sweep], tmp_path / "a", baseline="norm=pre_ln")
