@@ -12,7 +12,8 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md). With
   ``--baseline VARIANT`` (a label as the variants table shows it) each test metric and best valid loss gets a column
   "Δ vs VARIANT": the paired difference over the seeds both finished, with its 95% CI (paired t test; ``n.s.`` when
-  it covers 0), under a line giving the method and the baseline's noise floor (``analysis/paired.py``).
+  it covers 0; ``degenerate (zero spread)`` when every pair differs by the same amount), under a line giving the
+  method and the baseline's noise floor (``analysis/paired.py``).
   plotly.js is embedded: the page works offline. Once every chart has drawn, ``<body data-plots-drawn>``
   equals ``data-plots-expected``; JavaScript errors (uncaught, rejected promises, ``console.error``)
   are counted in ``<html data-js-errors>``.
@@ -342,7 +343,8 @@ def variant_columns(task: str, baseline: Variant | None = None) -> list[Column]:
 
 def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: Callable[[float], str]) -> Column:
     """The column ``<key>:delta``: each variant − ``baseline`` in the metric, paired by seed (``analysis.paired.versus``),
-    as ``mean [95% CI] (pairs)`` in the metric's display units (``signed``), ``n.s.`` when the interval covers 0;
+    as ``mean [95% CI] (pairs)`` in the metric's display units (``signed``), ``n.s.`` when the interval covers 0,
+    ``degenerate (zero spread)`` (no interval, not significant) when every pair differs by the same amount;
     no interval with one pair, ``— (0)`` with none, empty in the baseline's row. data-value: the mean difference as stored."""
 
     def cell(v: Variant) -> tuple:
@@ -374,8 +376,9 @@ def baseline_note(baseline: Variant, task: str) -> str:
         f'<p class="note" data-baseline="{label}">Δ vs <b>{label}</b> (the baseline): each variant minus the baseline, '
         "paired by seed over the seeds where both runs finished: mean [95% confidence interval] (pairs), the interval "
         "mean ± t(0.975, n − 1) · sd / √n of a paired t test over the n per-seed differences; n.s.: the interval "
-        "covers 0; one pair: no interval. Diverged runs never enter a pair or a mean: they are counted in the diverged "
-        f"column. Noise floor, the baseline's seed-to-seed sample standard deviation: {floors}.</p>"
+        "covers 0; degenerate (zero spread): every pair differs by the same amount, so sd = 0 and there is no interval "
+        "and no significance; one pair: no interval. Diverged runs never enter a pair or a mean: they are counted in the "
+        f"diverged column. Noise floor, the baseline's seed-to-seed sample standard deviation: {floors}.</p>"
     )
 
 
