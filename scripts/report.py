@@ -138,8 +138,9 @@ def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
                       legend={"orientation": "h", "yanchor": "top", "y": -0.15, "font": {"size": 10}})  # fmt: skip
     fig.update_xaxes(title=panel.xlabel, **({"dtick": 1} if panel.integer_x else {}), **({"type": "log"} if panel.log_x else {}))
     fig.update_yaxes(title=panel.ylabel, type="log" if panel.log_y else "linear")
-    if panel.note:
-        fig.add_annotation(text=panel.note, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    if panel.note:  # at the centre of an empty chart, else at the bottom, under the lines
+        y = {"y": 0.5} if not panel.lines else {"y": 0.01, "yanchor": "bottom"}
+        fig.add_annotation(text=panel.note, showarrow=False, xref="paper", yref="paper", x=0.5, **y)
     return fig
 
 
@@ -219,8 +220,9 @@ def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if panel.log_x:
         ax.set_xscale("log")
-    if panel.note:
-        ax.text(0.5, 0.5, panel.note, ha="center", va="center", transform=ax.transAxes, color="#666")
+    if panel.note:  # at the centre of an empty chart, else at the bottom, under the lines
+        y, va = (0.5, "center") if not panel.lines else (0.01, "bottom")
+        ax.text(0.5, y, panel.note, ha="center", va=va, transform=ax.transAxes, color="#666", wrap=True)
     ax.set(title=panel.title, xlabel=panel.xlabel, ylabel=panel.ylabel)
     if n_labels := len(ax.get_legend_handles_labels()[0]):  # one block per line: more columns
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2 if n_labels < 12 else 4, frameon=False)
