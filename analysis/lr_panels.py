@@ -10,10 +10,12 @@ records, same renderers); only for a sweep with an LR axis (:func:`analysis.lrs.
   one line per family: at each telemetry step the max over a run's attentions of ``attn/.../max_logit``, the
   mean over the family's seeds whose run at that LR recorded it, with a min-max band.
 
-A chart with no data (no seed with an LRS; no max logits recorded at that LR) is left out, not drawn empty.
+A chart with no data (no seed with an LRS; no max logits recorded at that LR) is left out, not drawn empty, unless
+a family is missing from it because none of its seeds learned at any LR of the grid: ``lr_loss`` and ``lrs`` then
+carry a note naming those families (:func:`not_learned_note`), drawn under their points, or alone on an empty chart.
 """
 
-from analysis.lrs import Family, LRStudy
+from analysis.lrs import NOT_LEARNED, Family, LRStudy
 from analysis.panels import Line, Panel
 from analysis.stats import curves_band
 
@@ -48,9 +50,10 @@ def lrs_line(j: int, family: Family) -> Line | None:
     mean, stderr = family.mean_stderr
     if mean is None:
         return None
-    ci, n = family.ci95, len(family.values)
+    ci, n, k = family.ci95, len(family.values), len(family.not_learned)
     spread = "" if ci is None else f" ± {stderr:.4f}, 95% CI [{ci[0]:.4f}, {ci[1]:.4f}]"
-    return Line(f"{family.label} (n = {n})", family.label, "interval", [j], [mean], None if ci is None else [ci[0]],
+    seeds = f"n = {n}" + (f"; {k} did not learn" if k else "")
+    return Line(f"{family.label} ({seeds})", family.label, "interval", [j], [mean], None if ci is None else [ci[0]],
                 None if ci is None else [ci[1]], hover=[f"{family.label}: LRS {mean:.4f}{spread} (n = {n})"])  # fmt: skip
 
 
@@ -67,19 +70,26 @@ def max_logit_line(family: Family, lr: float) -> Line | None:
                 hover=[f"n = {k} of {len(runs)}" for k in n])  # fmt: skip
 
 
+def not_learned_note(study: LRStudy) -> str:
+    """``left out, did not learn at any LR of the grid: FAMILY; ...`` for the families none of whose seeds learned
+    (no LRS, no mean capped loss), or ""."""
+    left = [f.label for f in study.families if f.not_learned and not f.values]
+    return f"left out, {NOT_LEARNED}: {'; '.join(left)}" if left else ""
+
+
 def lr_panels(study: LRStudy | None) -> list[Panel]:
-    """The LR-sensitivity charts with data, in page order (see the module docstring); [] without an LR axis."""
+    """The LR-sensitivity charts with data or a note, in page order (see the module docstring); [] without an LR axis."""
     if study is None:
         return []
-    panels = []
-    if lines := [line for f in study.families for line in lr_loss_lines(f)]:
+    panels, note = [], not_learned_note(study)
+    if (lines := [line for f in study.families for line in lr_loss_lines(f)]) or note:
         title = "Final validation loss vs peak LR: min(loss, loss at init), the quantity LRS averages (mean ± stderr over seeds)"
         panels.append(Panel("lr_loss", title, LR_AXIS, "min(final valid loss, loss at init) (nats/token)", lines, log_x=True,
-                            diverged_label="x: a run at this LR diverged (counted as the loss at init)"))  # fmt: skip
-    if points := [line for j, f in enumerate(study.families, 1) if (line := lrs_line(j, f))]:
+                            diverged_label="x: a run at this LR diverged (counted as the loss at init)", note=note))  # fmt: skip
+    if (points := [line for j, f in enumerate(study.families, 1) if (line := lrs_line(j, f))]) or note:
         panels.append(Panel("lrs", "LR sensitivity per family: mean over seeds, 95% CI (t, n - 1 dof)",
                             "family (row of the LR sensitivity table; legend)", "LR sensitivity (nats/token)", points,
-                            integer_x=True))  # fmt: skip
+                            integer_x=True, note=note))  # fmt: skip
     top = sorted({lr for f in study.families for lr in f.grid}, reverse=True)[:TOP_LRS]
     for j, lr in enumerate(top, 1):
         if lines := [line for f in study.families if (line := max_logit_line(f, lr))]:

@@ -17,12 +17,22 @@ with a note. A seed gets an LRS only over a complete grid: a run at every LR of 
 diverged, and its l0 known. A run still running, interrupted, failed or crashed (or an LR with no run) leaves
 that seed without an LRS, and a note says why: an LRS is never averaged over part of a grid. Per family: the
 per-seed values, their mean, standard error and a 95 % confidence interval from the t distribution with n - 1
-degrees of freedom (none for one seed), and the best LR, the argmin of the mean over seeds of min(l(eta), l0).
+degrees of freedom (none for one seed), the best loss l* (its mean over seeds: what LRS is measured from), and the
+best LR, the argmin of the mean over seeds of min(l(eta), l0) (none on a tie: no LR is best).
+
+A seed whose complete grid never improved on l0 (every run diverged or ended at or above the loss at init: every
+min(l(eta), l0) = l0) *did not learn at any LR of the grid*. By the formula its LRS would be 0, the best possible
+score, read as a success; it gets none instead, and no best loss, and a note says so. A family none of whose seeds
+learned has no LRS, no interval, no best loss and no best LR, and the report says "did not learn at any LR of the
+grid" for it; a comparison by seed (:func:`lrs_versus`) leaves such seeds out and says how many.
+
+:func:`study_from_cells` rebuilds a study from the report's ``lr_sensitivity.csv`` rows, without the run dirs.
 """
 
+import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +45,7 @@ LR_KEY = "optim.lr"
 LOSS = "val/loss"
 INIT_TOLERANCE = 1e-6  # nats/token: one family and seed's runs share init and data, so their l0 should agree
 COMPLETE = ("finished", "diverged")  # the states whose final loss is known
+NOT_LEARNED = "did not learn at any LR of the grid"
 
 
 def capped_loss(loss: float | None, init_loss: float) -> float:
@@ -42,9 +53,10 @@ def capped_loss(loss: float | None, init_loss: float) -> float:
     return init_loss if loss is None or not math.isfinite(loss) else min(loss, init_loss)
 
 
-def lr_sensitivity(losses: Sequence[float | None], init_loss: float) -> float:
+def lr_sensitivity(losses: Sequence[float | None], init_loss: float) -> float | None:
     """LRS of one seed's grid (nats/token): the mean over ``losses`` (one final validation loss per LR; None or
-    non-finite for a diverged run) of min(loss, l0), minus their min.
+    non-finite for a diverged run) of min(loss, l0), minus their min; None when no loss is below l0 (the seed did
+    not learn at any LR of the grid: every capped loss is l0, and the formula's 0 would read as the best score).
 
     Raises:
         ValueError: no losses, or a non-finite ``init_loss``.
@@ -54,7 +66,8 @@ def lr_sensitivity(losses: Sequence[float | None], init_loss: float) -> float:
     if not math.isfinite(init_loss):
         raise ValueError(f"the loss at init must be finite, got {init_loss}")
     capped = [capped_loss(loss, init_loss) for loss in losses]
-    return statistics.fmean(capped) - min(capped)
+    best = min(capped)
+    return None if best >= init_loss else statistics.fmean(capped) - best
 
 
 @dataclass
@@ -86,11 +99,24 @@ class SeedGrid:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def complete(self) -> bool:
+        """Its l0 is known and every cell is complete (finished with a final loss, or diverged)."""
+        return self.init_loss is not None and all(c.complete for c in self.cells)
+
+    @property
     def sensitivity(self) -> float | None:
-        """The seed's LRS; None unless its grid is complete and its l0 known."""
-        if self.init_loss is None or not all(c.complete for c in self.cells):
-            return None
-        return lr_sensitivity([c.final_loss for c in self.cells], self.init_loss)
+        """The seed's LRS; None unless its grid is complete, its l0 known and some LR improved on l0."""
+        return lr_sensitivity([c.final_loss for c in self.cells], self.init_loss) if self.complete else None
+
+    @property
+    def learned(self) -> bool | None:
+        """Whether some LR of its complete grid improved on l0; None for an incomplete grid (not known)."""
+        return self.sensitivity is not None if self.complete else None
+
+    @property
+    def best_loss(self) -> float | None:
+        """l* = min over the grid of min(l(eta), l0), what its LRS is measured from; None without an LRS."""
+        return min(c.capped for c in self.cells) if self.sensitivity is not None else None
 
 
 @dataclass
@@ -125,10 +151,32 @@ class Family:
         return [mean_stderr([s.cells[i].capped for s in self.averaged]) for i in range(len(self.grid))]
 
     @property
+    def not_learned(self) -> list[SeedGrid]:
+        """The seeds that did not learn at any LR of the grid (complete grid, no LR below l0): no LRS."""
+        return [s for s in self.seeds if s.learned is False]
+
+    @property
+    def learning_note(self) -> str:
+        """``did not learn at any LR of the grid: seeds 1, 2 of 3``; empty when every seed with a complete grid learned."""
+        if not (seeds := self.not_learned):
+            return ""
+        return f"{NOT_LEARNED}: seed{'s' * (len(seeds) > 1)} {', '.join(str(s.seed) for s in seeds)} of {len(self.seeds)}"
+
+    @property
+    def best_loss_mean(self) -> float | None:
+        """The mean over the averaged seeds of l*, the best loss their LRS is measured from; None without one."""
+        return mean_stderr([s.best_loss for s in self.averaged])[0]
+
+    @property
+    def best_lrs(self) -> list[float]:
+        """The LRs of the lowest mean capped loss over the averaged seeds (several on an exact tie); [] without one."""
+        means = {lr: m for lr, (m, _) in zip(self.grid, self.capped_band, strict=True) if m is not None}
+        return [lr for lr, m in means.items() if m == min(means.values())]
+
+    @property
     def best_lr(self) -> float | None:
-        """The LR of the lowest mean capped loss (the lowest such LR on a tie); None without an averaged seed."""
-        means = [(m, lr) for lr, (m, _) in zip(self.grid, self.capped_band, strict=True) if m is not None]
-        return min(means)[1] if means else None
+        """The LR of the lowest mean capped loss; None without an averaged seed, and on a tie (no LR is best)."""
+        return self.best_lrs[0] if len(self.best_lrs) == 1 else None
 
     def n_diverged(self, lr: float) -> int:
         """How many of the family's runs at ``lr`` diverged."""
@@ -151,12 +199,23 @@ class LRStudy:
         return next((f for f in self.families if f.label == label), None)
 
 
+def not_learned_pairs(family: Family, baseline: Family) -> list[Any]:
+    """The seeds both families ran that :func:`lrs_versus` leaves out because either did not learn at any LR of the grid."""
+    out = {s.seed for f in (family, baseline) for s in f.not_learned}
+    return [s.seed for s in family.seeds if s.seed in out and s.seed in {b.seed for b in baseline.seeds}]
+
+
 def lrs_versus(family: Family, baseline: Family) -> PairedDifference | None:
     """``family``'s LRS − ``baseline``'s, paired by seed over the seeds both have an LRS for (paired t test,
-    :func:`analysis.paired.paired_difference`); None for the baseline itself."""
+    :func:`analysis.paired.paired_difference`); None for the baseline itself. A seed that did not learn at any LR of
+    the grid in either family has no LRS and is left out; the difference's ``note`` says how many and why."""
     if family is baseline:
         return None
-    return paired_difference(*({s.seed: s.sensitivity for s in f.averaged} for f in (family, baseline)))
+    diff = paired_difference(*({s.seed: s.sensitivity for s in f.averaged} for f in (family, baseline)))
+    if not (left := not_learned_pairs(family, baseline)):
+        return diff
+    seeds = f"seed{'s' * (len(left) > 1)} {', '.join(map(str, left))}"
+    return dataclasses.replace(diff, note=f"{len(left)} left out ({seeds}): {NOT_LEARNED}")
 
 
 def run_lr(run: Run) -> float | None:
@@ -219,12 +278,19 @@ def seed_grid(seed: Any, grid: list[float], runs: list[Run]) -> SeedGrid:
         if len(at) > 1:  # e.g. the same run given twice, or runs differing only in train.resume
             notes.append(f"seed {seed}, lr {lr:g}: {len(at)} runs ({', '.join(r.label for r in at)}), used {at[0].label}")
         cells.append(_cell(lr, at[0] if at else None, init))
+    return SeedGrid(seed, init, cells, notes + _grid_notes(seed, cells, init))
+
+
+def _grid_notes(seed: Any, cells: list[Cell], init: float | None) -> list[str]:
+    """Why a seed has no LRS: an incomplete grid, an unknown l0, or no LR of the grid improving on l0; [] if it has one."""
     if incomplete := [c for c in cells if not c.complete]:
         why = ", ".join(f"lr {c.lr:g} {_why(c)}" for c in incomplete)
-        notes.append(f"seed {seed}: no LRS, incomplete grid ({why})")
-    elif init is None:
-        notes.append(f"seed {seed}: no LRS, no run logged {LOSS} at step 0 (the loss at init; runs written before it was)")
-    return SeedGrid(seed, init, cells, notes)
+        return [f"seed {seed}: no LRS, incomplete grid ({why})"]
+    if init is None:
+        return [f"seed {seed}: no LRS, no run logged {LOSS} at step 0 (the loss at init; runs written before it was)"]
+    if lr_sensitivity([c.final_loss for c in cells], init) is None:
+        return [f"seed {seed}: no LRS, {NOT_LEARNED} (every run diverged or ended at or above the loss at init, {init:.4f})"]
+    return []
 
 
 def _preference(run: Run) -> int:
@@ -250,11 +316,44 @@ def _cell(lr: float, run: Run | None, init: float | None) -> Cell:
     if run is None:
         return Cell(lr, None, "missing")
     state = run_state(run)
-    final = final_loss_of(run) if state == "finished" else None
-    cell = Cell(lr, run, state, final)
+    return _capped(Cell(lr, run, state, final_loss_of(run) if state == "finished" else None), init)
+
+
+def _capped(cell: Cell, init: float | None) -> Cell:
+    """``cell`` with its capped loss set when it is complete and ``init`` (l0) known."""
     if init is not None and cell.complete:
-        cell.capped = capped_loss(final, init)
+        cell.capped = capped_loss(cell.final_loss, init)
     return cell
+
+
+def study_from_cells(rows: Iterable[dict[str, str]]) -> LRStudy:
+    """The study of the rows of a report's ``lr_sensitivity.csv`` (``family, seed, lr, final_val_loss, init_loss,
+    state``, as ``csv.DictReader`` gives them; other columns ignored): the same families, seeds, cells and per-seed
+    LRS as the report that wrote them, without its run directories. Cells have no run: nothing that needs one (the
+    diverged counts, the max-logit charts) is known. Families and seeds in the rows' order; a seed written as an
+    integer is one."""
+    by_family: dict[str, dict[Any, dict[float, dict[str, str]]]] = {}
+    for row in rows:
+        seed = int(row["seed"]) if row["seed"].lstrip("-").isdigit() else row["seed"]
+        by_family.setdefault(row["family"], {}).setdefault(seed, {})[float(row["lr"])] = row
+    families = []
+    for label, seeds in by_family.items():
+        grid = sorted({lr for cells in seeds.values() for lr in cells})
+        families.append(Family(label, grid, [], [_seed_from_cells(seed, grid, cells) for seed, cells in seeds.items()]))
+    return LRStudy(families, [])
+
+
+def _seed_from_cells(seed: Any, grid: list[float], rows: dict[float, dict[str, str]]) -> SeedGrid:
+    """One seed's grid from its ``lr_sensitivity.csv`` rows (lr -> row); an LR without a row is ``missing``."""
+    init = _number(next(iter(rows.values()))["init_loss"])
+    cells = [_capped(Cell(lr, None, r["state"], _number(r["final_val_loss"])), init) if (r := rows.get(lr)) else
+             Cell(lr, None, "missing") for lr in grid]  # fmt: skip
+    return SeedGrid(seed, init, cells, _grid_notes(seed, cells, init))
+
+
+def _number(text: str) -> float | None:
+    """A CSV field as a float; None for an empty one."""
+    return float(text) if text else None
 
 
 def _why(cell: Cell) -> str:

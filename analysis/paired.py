@@ -2,6 +2,10 @@
 finished, with a 95% confidence interval from the paired t test; the baseline's noise floor (its seed-to-seed
 sample standard deviation); and the rows of the report's ``summary.csv``.
 
+A paired difference whose per-seed differences all agree (zero spread, :func:`analysis.stats.zero_spread`) is
+*degenerate*: sd = 0 makes the t interval a point and the t statistic mean / 0, so it has no interval and is not
+significant, whatever its mean; the table says ``degenerate (zero spread)``. A non-finite value is a ``ValueError``.
+
 As in the report's variants table, only finished runs enter: a diverged (or crashed, or running) run is
 counted, never averaged and never paired. Metrics are the run's values as stored (PER/WER as fractions).
 """
@@ -11,14 +15,15 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from analysis.load import ReportError
-from analysis.runs import TASKS, Run
-from analysis.stats import mean_stderr, t_interval
+from analysis.runs import TASKS, Run, finite
+from analysis.stats import mean_stderr, t_interval, zero_spread
 from analysis.variants import Variant
 
 Getter = Callable[[Run], float | None]
 CI_LEVEL = 0.95
 SUMMARY_COLUMNS = ("variant", "metric", "runs", "finished", "diverged", "n", "mean", "stderr", "std")
-BASELINE_COLUMNS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant")  # with a baseline only
+BASELINE_COLUMNS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant", "degenerate")  # --baseline
+DEGENERATE = "degenerate (zero spread)"
 
 
 @dataclass(frozen=True)
@@ -28,34 +33,53 @@ class PairedDifference:
     Attributes:
         n: the number of pairs (seeds in both).
         mean: the mean difference; None without a pair.
-        ci95: (lo, hi), mean ∓ t(0.975, n − 1) · sd(differences) / √n; None with fewer than two pairs.
-        significant: whether ``ci95`` excludes 0; None with fewer than two pairs.
+        ci95: (lo, hi), mean ∓ t(0.975, n − 1) · sd(differences) / √n; None with fewer than two pairs, and when
+            ``degenerate``.
+        significant: whether ``ci95`` excludes 0; None with fewer than two pairs; False when ``degenerate``.
+        degenerate: two or more pairs whose differences all agree (zero spread): no interval, not significant.
+        note: why seeds were left out of the pairs beyond not being in both (e.g. an LR family's seeds that did
+            not learn); empty when none were.
     """
 
     n: int
     mean: float | None
     ci95: tuple[float, float] | None
     significant: bool | None
+    degenerate: bool = False
+    note: str = ""
 
 
 def paired_difference(values: dict[Hashable, float], baseline: dict[Hashable, float]) -> PairedDifference:
     """The paired t test of ``values`` against ``baseline`` (seed -> value each); seeds in only one are dropped.
 
     Example: {0: 1.5, 1: 2.4, 2: 3.8} vs {0: 1.0, 1: 2.0, 2: 3.0}: differences 0.5, 0.4, 0.8, mean 0.5667,
-    sd 0.2082, t(0.975, 2) = 4.3027, so 95% CI [0.0496, 1.0838]: significant.
+    sd 0.2082, t(0.975, 2) = 4.3027, so 95% CI [0.0496, 1.0838]: significant. {0: 1.5, 1: 2.5} vs {0: 1.0,
+    1: 2.0}: differences 0.5, 0.5, degenerate (zero spread): no interval, not significant.
+
+    Raises:
+        ValueError: a value of either is not a finite number; the message names it and its seed.
     """
+    for name, given in (("values", values), ("baseline", baseline)):
+        for seed, value in given.items():
+            if finite(value) is None:
+                raise ValueError(f"{name}[{seed!r}] is {value!r}: a paired difference needs finite numbers")
     diffs = [values[seed] - baseline[seed] for seed in values if seed in baseline]
     mean = statistics.fmean(diffs) if diffs else None
+    if zero_spread(diffs):
+        return PairedDifference(len(diffs), mean, None, False, degenerate=True)
     ci = t_interval(diffs, CI_LEVEL)  # the paired t test's interval: the t interval of the mean difference
     return PairedDifference(len(diffs), mean, ci, None if ci is None else not ci[0] <= 0.0 <= ci[1])
 
 
 def delta_text(diff: PairedDifference, signed: Callable[[float], str]) -> str:
-    """``+0.57 [+0.05, +1.08] (3)``; ``n.s.`` appended when the interval covers 0."""
+    """``+0.57 [+0.05, +1.08] (3)``; ``n.s.`` appended when the interval covers 0, ``degenerate (zero spread)``
+    instead of an interval when every pair differs by the same amount; then ``; `` and the note, if any."""
+    note = f"; {diff.note}" if diff.note else ""
     if diff.mean is None:
-        return "— (0)"
+        return f"— (0){note}"
     ci = "" if diff.ci95 is None else f" [{signed(diff.ci95[0])}, {signed(diff.ci95[1])}]"
-    return f"{signed(diff.mean)}{ci} ({diff.n}){' n.s.' if diff.significant is False else ''}"
+    verdict = f" {DEGENERATE}" if diff.degenerate else " n.s." if diff.significant is False else ""
+    return f"{signed(diff.mean)}{ci} ({diff.n}){verdict}{note}"
 
 
 def quality_metrics(task: str) -> dict[str, Getter]:
@@ -132,9 +156,10 @@ def summary_rows(variants: list[Variant], task: str, baseline: Variant | None) -
 
 
 def _baseline_fields(diff: PairedDifference | None, baseline: str) -> dict[str, object]:
-    """The ``BASELINE_COLUMNS`` of a summary row; all but ``baseline`` None in the baseline's own rows."""
+    """The ``BASELINE_COLUMNS`` of a summary row; all but ``baseline`` None in the baseline's own rows; ``degenerate``
+    None with fewer than two pairs (no test)."""
     if diff is None:
         return {"baseline": baseline} | dict.fromkeys(BASELINE_COLUMNS[1:])
     lo, hi = diff.ci95 if diff.ci95 is not None else (None, None)
     return {"baseline": baseline, "diff_mean": diff.mean, "diff_ci95_lo": lo, "diff_ci95_hi": hi, "pairs": diff.n,
-            "significant": diff.significant}  # fmt: skip
+            "significant": diff.significant, "degenerate": diff.degenerate if diff.n > 1 else None}  # fmt: skip

@@ -48,7 +48,8 @@ class Line:
 
 @dataclass
 class Panel:
-    """A chart: ``key`` is its file stem (``loss`` -> loss.png); ``note`` explains an empty chart;
+    """A chart: ``key`` is its file stem (``loss`` -> loss.png); ``note`` explains an empty chart, or what a chart
+    with lines leaves out (drawn at its centre without lines, at its bottom with them);
     ``integer_x``: x is a block index (integer ticks); ``log_x``, ``log_y``: log-scale axes; ``diverged_label``:
     what its ``diverged`` markers mean, for the PNG's legend (empty: a diverged run's last finite value)."""
 

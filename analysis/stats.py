@@ -2,10 +2,13 @@
 per-run records at one step, the mean ± standard error, and the t interval of a mean.
 
 Diverged runs are never averaged as if they had finished: :func:`curves_band` gives a mean only at
-steps where every run has a finite value.
+steps where every run has a finite value. :func:`mean_stderr` and :func:`t_interval` take finite numbers only:
+a NaN or an infinity is a ``ValueError`` naming it and its position, never a mean. :func:`zero_spread` says when
+values agree to float rounding, where a t interval has width 0 and says nothing (see ``analysis.paired``).
 """
 
 import math
+import numbers
 import statistics
 from collections.abc import Hashable, Sequence
 
@@ -17,6 +20,7 @@ from analysis.runs import Run
 Values = list[float | None]  # a series with gaps (None: no finite value)
 Curve = list[tuple[int, float | None]]  # (step, value or None) of one run
 SPREADS = ("minmax", "stderr")
+ZERO_SPREAD_RTOL = 1e-9  # values agreeing to 9 significant digits differ by float rounding, not by seed
 
 
 def curves_band(curves: list[Curve], spread: str = "minmax") -> tuple[list[int], Values, Values, Values, list[int]]:
@@ -65,16 +69,41 @@ def mean_at(records: list[dict[int, dict[Hashable, float]]], step: int) -> dict[
     return {key: float(np.mean(values)) for key, values in pooled.items()}
 
 
-def mean_stderr(values: list[float]) -> tuple[float | None, float | None]:
+def check_finite(values: Sequence[float]) -> None:
+    """Raises ValueError naming the first value of ``values`` that is not a finite number, and its position."""
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"value {i} of {len(values)} is {value!r}: statistics need finite numbers")
+
+
+def zero_spread(values: Sequence[float]) -> bool:
+    """Whether two or more ``values`` all agree: max - min <= ``ZERO_SPREAD_RTOL`` * max |value| (exactly equal when
+    all are 0). Their sample std is then 0 or float rounding, and a t interval around their mean has width ~0."""
+    if len(values) < 2:
+        return False
+    check_finite(values)
+    return max(values) - min(values) <= ZERO_SPREAD_RTOL * max(abs(v) for v in values)
+
+
+def mean_stderr(values: Sequence[float]) -> tuple[float | None, float | None]:
     """(mean, standard error of the mean) of ``values``: stderr = sample std (n - 1 in the denominator) / sqrt(n);
-    None for a mean of no values or a stderr of fewer than two."""
+    None for a mean of no values or a stderr of fewer than two.
+
+    Raises:
+        ValueError: a value is not a finite number (:func:`check_finite`).
+    """
+    check_finite(values)
     mean = statistics.fmean(values) if values else None
     return mean, statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
     """The ``confidence`` interval of the mean of ``values``: mean ∓ t.ppf((1 + confidence) / 2, n - 1) * stderr
-    (Student's t, n - 1 degrees of freedom, ``scipy.stats.t``; stderr of :func:`mean_stderr`); None for n < 2."""
+    (Student's t, n - 1 degrees of freedom, ``scipy.stats.t``; stderr of :func:`mean_stderr`); None for n < 2.
+
+    Raises:
+        ValueError: a value is not a finite number (:func:`check_finite`).
+    """
     mean, stderr = mean_stderr(list(values))
     if stderr is None:
         return None

@@ -12,7 +12,8 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md). With
   ``--baseline VARIANT`` (a label as the variants table shows it) each test metric and best valid loss gets a column
   "Δ vs VARIANT": the paired difference over the seeds both finished, with its 95% CI (paired t test; ``n.s.`` when
-  it covers 0), under a line giving the method and the baseline's noise floor (``analysis/paired.py``).
+  it covers 0; ``degenerate (zero spread)`` when every pair differs by the same amount), under a line giving the
+  method and the baseline's noise floor (``analysis/paired.py``).
   plotly.js is embedded: the page works offline. Once every chart has drawn, ``<body data-plots-drawn>``
   equals ``data-plots-expected``; JavaScript errors (uncaught, rejected promises, ``console.error``)
   are counted in ``<html data-js-errors>``.
@@ -139,8 +140,9 @@ def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
                       legend={"orientation": "h", "yanchor": "top", "y": -0.15, "font": {"size": 10}})  # fmt: skip
     fig.update_xaxes(title=panel.xlabel, **({"dtick": 1} if panel.integer_x else {}), **({"type": "log"} if panel.log_x else {}))
     fig.update_yaxes(title=panel.ylabel, type="log" if panel.log_y else "linear")
-    if panel.note:
-        fig.add_annotation(text=panel.note, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    if panel.note:  # at the centre of an empty chart, else at the bottom, under the lines
+        y = {"y": 0.5} if not panel.lines else {"y": 0.01, "yanchor": "bottom"}
+        fig.add_annotation(text=panel.note, showarrow=False, xref="paper", yref="paper", x=0.5, **y)
     return fig
 
 
@@ -220,8 +222,9 @@ def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if panel.log_x:
         ax.set_xscale("log")
-    if panel.note:
-        ax.text(0.5, 0.5, panel.note, ha="center", va="center", transform=ax.transAxes, color="#666")
+    if panel.note:  # at the centre of an empty chart, else at the bottom, under the lines
+        y, va = (0.5, "center") if not panel.lines else (0.01, "bottom")
+        ax.text(0.5, y, panel.note, ha="center", va=va, transform=ax.transAxes, color="#666", wrap=True)
     ax.set(title=panel.title, xlabel=panel.xlabel, ylabel=panel.ylabel)
     if n_labels := len(ax.get_legend_handles_labels()[0]):  # one block per line: more columns
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2 if n_labels < 12 else 4, frameon=False)
@@ -344,7 +347,8 @@ def variant_columns(task: str, baseline: Variant | None = None) -> list[Column]:
 
 def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: Callable[[float], str]) -> Column:
     """The column ``<key>:delta``: each variant − ``baseline`` in the metric, paired by seed (``analysis.paired.versus``),
-    as ``mean [95% CI] (pairs)`` in the metric's display units (``signed``), ``n.s.`` when the interval covers 0;
+    as ``mean [95% CI] (pairs)`` in the metric's display units (``signed``), ``n.s.`` when the interval covers 0,
+    ``degenerate (zero spread)`` (no interval, not significant) when every pair differs by the same amount;
     no interval with one pair, ``— (0)`` with none, empty in the baseline's row. data-value: the mean difference as stored."""
 
     def cell(v: Variant) -> tuple:
@@ -376,8 +380,9 @@ def baseline_note(baseline: Variant, task: str) -> str:
         f'<p class="note" data-baseline="{label}">Δ vs <b>{label}</b> (the baseline): each variant minus the baseline, '
         "paired by seed over the seeds where both runs finished: mean [95% confidence interval] (pairs), the interval "
         "mean ± t(0.975, n − 1) · sd / √n of a paired t test over the n per-seed differences; n.s.: the interval "
-        "covers 0; one pair: no interval. Diverged runs never enter a pair or a mean: they are counted in the diverged "
-        f"column. Noise floor, the baseline's seed-to-seed sample standard deviation: {floors}.</p>"
+        "covers 0; degenerate (zero spread): every pair differs by the same amount, so sd = 0 and there is no interval "
+        "and no significance; one pair: no interval. Diverged runs never enter a pair or a mean: they are counted in the "
+        f"diverged column. Noise floor, the baseline's seed-to-seed sample standard deviation: {floors}.</p>"
     )
 
 

@@ -1,5 +1,12 @@
 """The LR-sensitivity part of ``scripts/report.py`` (the numbers: :mod:`analysis.lrs`; the charts:
-:mod:`analysis.lr_panels`): its table's columns, the note above the table, and its two CSVs.
+:mod:`analysis.lr_panels`): its table's columns, the note above the table, and its two CSVs. A family none of whose
+seeds learned at any LR of the grid reads "did not learn at any LR of the grid" in the table's LRS column and in
+``lrs.csv``'s ``lrs_note``, with no LRS, interval, best loss or best LR.
+
+    python -m scripts.report_lrs CELLS_CSV [--out LRS_CSV] [--baseline FAMILY]    # from the repository root
+
+rebuilds ``lrs.csv`` (default: next to CELLS_CSV) from a report's ``lr_sensitivity.csv`` alone, with the same code
+(:func:`analysis.lrs.study_from_cells`), for a study whose run directories are gone.
 
 CSVs, written with the ``csv`` module into the report's folder (empty field: no value; floats at full precision):
 
@@ -12,29 +19,42 @@ CSVs, written with the ``csv`` module into the report's folder (empty field: no 
 - ``lrs.csv``: one row per family: ``family, n`` (seeds with an LRS), ``lrs_mean, lrs_stderr, ci95_lo, ci95_hi,
   per_seed_lrs`` (``seed=value`` pairs, space-separated), ``best_lr``, and with ``--baseline FAMILY`` ``baseline,
   diff_mean, diff_ci95_lo, diff_ci95_hi, pairs, significant`` (the family's LRS − the baseline's, paired t test over
-  the seeds both have an LRS for; empty without a baseline and in the baseline's own row).
+  the seeds both have an LRS for; empty without a baseline and in the baseline's own row), then ``best_loss_mean``
+  (the mean over the seeds with an LRS of l*, the best loss LRS is measured from), ``did_not_learn`` (how many seeds
+  did not learn at any LR of the grid), ``lrs_note`` (``did not learn at any LR of the grid: seeds ... of N``; a
+  best-LR tie), and with a baseline ``pairs_left_out`` (seeds left out of the pairs because either family did not
+  learn) and ``degenerate`` (every pair differs by the same amount: no interval, not significant; empty with fewer
+  than two pairs).
 """
 
+import argparse
+import csv
 import html
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from analysis.csvs import write_csv
-from analysis.lrs import Family, LRStudy, lrs_versus
+from analysis.lrs import NOT_LEARNED, Family, LRStudy, lrs_versus, not_learned_pairs, study_from_cells
 from analysis.paired import delta_text
 from analysis.runs import Run
 
 CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit")
 PAIRED_FIELDS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant")
-FAMILY_FIELDS = ("family", "n", "lrs_mean", "lrs_stderr", "ci95_lo", "ci95_hi", "per_seed_lrs", "best_lr", *PAIRED_FIELDS)
+ADDED_FIELDS = ("best_loss_mean", "did_not_learn", "lrs_note", "pairs_left_out", "degenerate")  # after the older ones
+FAMILY_FIELDS = ("family", "n", "lrs_mean", "lrs_stderr", "ci95_lo", "ci95_hi", "per_seed_lrs", "best_lr", *PAIRED_FIELDS,
+                 *ADDED_FIELDS)  # fmt: skip
 CSVS = ("lr_sensitivity.csv", "lrs.csv")
 NOTE = (
     "LR sensitivity (Wortsman et al. 2023, arXiv 2309.14322, §2.2): a family is the runs that differ only in the seed "
     "and optim.lr. Per seed, LRS = the mean over the family's LR grid of min(final valid loss, loss at init) minus its "
     "minimum over the grid (nats/token); the loss at init is val/loss at step 0, and a diverged run counts as it. A seed "
-    "whose grid is incomplete (an LR without a finished or diverged run) gets no LRS. Mean ± stderr over seeds; 95% CI "
-    "from the t distribution with n − 1 dof (none for n = 1); best LR: the lowest mean of min(final valid loss, loss at "
-    "init) over the seeds with an LRS. Per run and LR: lr_sensitivity.csv; per family: lrs.csv."
+    "whose grid is incomplete (an LR without a finished or diverged run) gets no LRS; nor does a seed that did not learn at "
+    "any LR of the grid (every run diverged or ended at or above the loss at init), whose LRS would otherwise be 0, the "
+    "best score. Mean ± stderr over seeds; 95% CI from the t distribution with n − 1 dof (none for n = 1); best loss: "
+    "the mean over seeds of the minimum over the grid, what LRS is measured from; best LR: the lowest mean of min(final "
+    "valid loss, loss at init) over the seeds with an LRS (none on a tie). Per run and LR: lr_sensitivity.csv; per "
+    "family: lrs.csv."
 )
 
 
@@ -49,7 +69,24 @@ def per_seed(family: Family) -> str:
 
 def _mean_cell(family: Family) -> tuple[float | None, str]:
     mean, stderr = family.mean_stderr
+    if mean is None and family.not_learned:
+        return None, NOT_LEARNED
     return mean, _fmt(mean) + ("" if stderr is None else f" ± {_fmt(stderr)}")
+
+
+def best_lr_text(family: Family) -> str:
+    """The best LR, ``tie: 0.001, 0.01`` when several LRs share the lowest mean capped loss, or ``—``."""
+    if len(family.best_lrs) > 1:
+        return "tie: " + ", ".join(f"{lr:g}" for lr in family.best_lrs)
+    return "—" if family.best_lr is None else f"{family.best_lr:g}"
+
+
+def lrs_note_field(family: Family) -> str:
+    """``lrs.csv``'s ``lrs_note``: the family's seeds that did not learn, and a best-LR tie; empty when neither."""
+    parts = [family.learning_note] if family.learning_note else []
+    if len(family.best_lrs) > 1:
+        parts.append(f"best LR {best_lr_text(family)}")
+    return "; ".join(parts)
 
 
 def _ci_cell(family: Family) -> tuple[str | None, str]:
@@ -72,11 +109,13 @@ def lrs_columns(baseline: Family | None = None) -> list[tuple[str, str, Callable
         ("family", "family", lambda f: (f.label, f.label)),
         ("n", "seeds (n)", lambda f: (len(f.values), f"{len(f.values)} of {len(f.seeds)}")),
         ("lrs", "LRS: mean ± stderr", _mean_cell),
+        ("best_loss", "best loss l*: mean", lambda f: (f.best_loss_mean, _fmt(f.best_loss_mean))),
         ("ci95", "95% CI", _ci_cell),
         *compared,
         ("per_seed", "per seed", lambda f: (per_seed(f), ", ".join(f"seed {s.seed}: {_fmt(s.sensitivity)}" for s in f.averaged))),
         ("diverged", "runs diverged", lambda f: (k := sum(r.diverged for r in f.runs), f"{k} of {len(f.runs)}")),
-        ("best_lr", "best LR", lambda f: (f.best_lr, "—" if f.best_lr is None else f"{f.best_lr:g}")),
+        ("did_not_learn", "seeds that did not learn", lambda f: (k := len(f.not_learned), f"{k} of {len(f.seeds)}")),
+        ("best_lr", "best LR", lambda f: (f.best_lr, best_lr_text(f))),
         ("notes", "notes", lambda f: ("; ".join(f.notes), "; ".join(f.notes))),
     ]
 
@@ -100,13 +139,16 @@ def cell_rows(study: LRStudy) -> list[tuple]:
 
 
 def family_rows(study: LRStudy, baseline: Family | None = None) -> list[tuple]:
-    """The rows of ``lrs.csv`` (``FAMILY_FIELDS``); the last six empty without ``baseline`` and in its own row."""
+    """The rows of ``lrs.csv`` (``FAMILY_FIELDS``); the paired fields empty without ``baseline`` and in its own row."""
     rows = []
     for f in study.families:
         ci = f.ci95 or (None, None)
         diff = lrs_versus(f, baseline) if baseline else None
         paired = (None,) * 5 if diff is None else (diff.mean, *(diff.ci95 or (None, None)), diff.n, diff.significant)
-        rows.append((f.label, len(f.values), *f.mean_stderr, *ci, per_seed(f), f.best_lr, baseline and baseline.label, *paired))
+        left_out = None if diff is None else len(not_learned_pairs(f, baseline))
+        degenerate = diff.degenerate if diff is not None and diff.n > 1 else None  # no test with fewer than two pairs
+        rows.append((f.label, len(f.values), *f.mean_stderr, *ci, per_seed(f), f.best_lr, baseline and baseline.label, *paired,
+                     f.best_loss_mean, len(f.not_learned), lrs_note_field(f), left_out, degenerate))  # fmt: skip
     return rows
 
 
@@ -115,3 +157,38 @@ def write_csvs(study: LRStudy, out: Path, baseline: Family | None = None) -> lis
     returns their paths."""
     tables = zip(CSVS, (CELL_FIELDS, FAMILY_FIELDS), (cell_rows(study), family_rows(study, baseline)), strict=True)
     return [write_csv(out / name, fields, rows) for name, fields, rows in tables]
+
+
+def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None) -> Path:
+    """Write ``out`` (``lrs.csv``) from ``cells_csv`` (a report's ``lr_sensitivity.csv``) alone, compared with the family
+    labelled ``baseline`` if given (:func:`analysis.lrs.study_from_cells`, :func:`family_rows`); returns ``out``.
+
+    Raises:
+        ValueError: no family is labelled ``baseline``; the message lists the valid labels.
+    """
+    with cells_csv.open(newline="", encoding="utf-8") as f:
+        study = study_from_cells(csv.DictReader(f))
+    family = study.family(baseline)
+    if baseline is not None and family is None:
+        raise ValueError(f"unknown --baseline {baseline!r}; valid: {', '.join(repr(f.label) for f in study.families)}")
+    return write_csv(out, FAMILY_FIELDS, family_rows(study, family))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point of :func:`rebuild_lrs_csv`; returns the exit code (1 with ``report_lrs: error: ...``)."""
+    parser = argparse.ArgumentParser(prog="report_lrs", description="rebuild lrs.csv from a report's lr_sensitivity.csv")
+    parser.add_argument("cells", type=Path, metavar="CELLS_CSV", help="a report's lr_sensitivity.csv")
+    parser.add_argument("--out", type=Path, default=None, help="output CSV (default: lrs.csv next to CELLS_CSV)")
+    parser.add_argument("--baseline", metavar="FAMILY", default=None, help="a family's label: the paired LRS differences")
+    args = parser.parse_args(argv)
+    try:
+        path = rebuild_lrs_csv(args.cells, args.out or args.cells.with_name("lrs.csv"), args.baseline)
+    except (OSError, ValueError) as e:
+        print(f"report_lrs: error: {e}", file=sys.stderr)
+        return 1
+    print(f"report_lrs: wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

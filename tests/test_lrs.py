@@ -16,7 +16,7 @@ from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_se
 from analysis.runs import Run
 from analysis.stats import t_interval
 from model.metric_names import attn_max_logit
-from scripts import report
+from scripts import report, report_lrs
 from tests.conftest import make_cfg
 from tests.test_report import DIVERGED_ERROR, config, draw_in_chromium, figures, finished, layouts, table, write_run
 
@@ -314,3 +314,139 @@ def test_report_with_a_family_baseline_adds_the_paired_lrs_difference(lr_sweep: 
     assert cells[POST]["lrs:delta"][1] == f"{POST_LRS[0] - HAND:+.4f} (1)" and cells[PRE]["lrs:delta"][1] == ""
     with pytest.raises(report.ReportError, match=f"valid: .*'{POST}'"):
         report.build_report([root], tmp_path / "bad", baseline="norm.placement=none")
+
+
+# Issue 20 item 1: three families through the report, one that trains (TRAINS: LRS 0.5, 0.7, 0.9 at l0 = 5.0, as
+# POST above), one that diverges at every LR (DIVERGES: each run logged val/loss 2.3 at step 50, then diverged at 61)
+# and one that ends at l0 at every LR (STALLS). By the formula the last two would score LRS 0, the best possible.
+TRAINS, DIVERGES, STALLS = "norm.placement=pre", "norm.placement=post", "norm.placement=sandwich"
+NOTE_ALL = "did not learn at any LR of the grid: seeds 0, 1, 2 of 3"
+
+
+@pytest.fixture(scope="module")
+def three_families(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("three_families") / "sweep"
+    for seed, lrs in enumerate(POST_LRS):
+        for lr, trained in zip(LRS3, [1.9 + 3 * lrs, 2.0, 2.1], strict=True):
+            runs = {"pre": (sweep_rows(5.0, trained, lr, seed, 100, False), finished(0.1)),
+                    "post": (sweep_rows(5.0, None, lr, seed, 60, False), {"state": "diverged", "step": 61, "max_steps": 100,
+                             "error": DIVERGED_ERROR.format(61), "test": None}),
+                    "sandwich": (sweep_rows(5.0, 5.0, lr, seed, 100, False), finished(0.1))}  # fmt: skip
+            for placement, (rows, status) in runs.items():
+                write_run(root / f"{placement},lr={lr:g},seed={seed}", config(placement, "layernorm", seed, lr=lr), rows, status)
+    return root
+
+
+def test_a_seed_that_never_improves_on_the_loss_at_init_has_no_lrs() -> None:
+    assert lr_sensitivity([None, math.inf], 3.0) is None  # diverged at every LR: not LRS 0
+    assert lr_sensitivity([3.0, 3.5, None], 3.0) is None  # at or above l0 at every LR
+    assert lr_sensitivity([2.999, 3.5], 3.0) == pytest.approx((2.999 + 3.0) / 2 - 2.999)  # one LR below l0: learned
+    runs = [fake_run(lr, 0, 3.0, final) for lr, final in ((1e-3, 2.0), (1e-2, 2.5))]
+    runs += [fake_run(lr, 1, 3.0, 3.2, state) for lr, state in ((1e-3, "finished"), (1e-2, "diverged"))]
+    family = only_family(runs)
+    seed0, seed1 = family.seeds
+    assert (seed0.learned, seed0.sensitivity, seed0.best_loss) == (True, pytest.approx(0.25), 2.0)
+    assert (seed1.learned, seed1.sensitivity, seed1.best_loss) == (False, None, None)
+    assert family.values == [pytest.approx(0.25)] and [s.seed for s in family.not_learned] == [1]
+    assert family.notes == ["seed 1: no LRS, did not learn at any LR of the grid (every run diverged or ended at or above "
+                            "the loss at init, 3.0000)"]  # fmt: skip
+    assert family.learning_note == "did not learn at any LR of the grid: seed 1 of 2" and family.best_loss_mean == 2.0
+
+
+def test_lrs_versus_leaves_out_the_seeds_that_did_not_learn_and_says_so() -> None:
+    learns = [fake_run(lr, s, 3.0, final - 0.1 * s) for s in (0, 1, 2) for lr, final in ((1e-3, 2.0), (1e-2, 2.6))]
+    stalls = [fake_run(lr, s, 3.0, 3.0, kind="rmsnorm") for s in (0, 1, 2) for lr in (1e-3, 1e-2)]
+    partly = [fake_run(lr, s, 3.0, final if s else 3.0, kind="scalenorm") for s in (0, 1, 2) for lr, final in ((1e-3, 1.0),
+              (1e-2, 2.0))]  # fmt: skip
+    study = lr_study(learns + stalls + partly)
+    layer, rms, scale = (study.family(f"norm.kind={k}") for k in ("layernorm", "rmsnorm", "scalenorm"))
+    none = lrs_versus(rms, layer)  # was: LRS 0 - 0.3 at every seed, "significantly less sensitive"
+    assert (none.n, none.mean, none.ci95, none.significant) == (0, None, None, None)
+    assert none.note == "3 left out (seeds 0, 1, 2): did not learn at any LR of the grid"
+    assert lrs_versus(layer, rms).note == none.note  # the same with the non-learning family as the baseline
+    part = lrs_versus(scale, layer)  # seed 0 left out; seeds 1, 2: 0.5 - 0.3 each, zero spread
+    assert (part.n, part.mean, part.degenerate) == (2, pytest.approx(0.2), True)
+    assert part.note == "1 left out (seed 0): did not learn at any LR of the grid"
+
+
+def test_best_lr_is_none_on_a_tie() -> None:
+    family = only_family([fake_run(lr, 0, 3.0, 2.0) for lr in (1e-3, 1e-2)] + [fake_run(1e-1, 0, 3.0, 2.5)])
+    assert family.values == [pytest.approx(1 / 6)] and family.best_lrs == [1e-3, 1e-2] and family.best_lr is None
+    assert report_lrs.best_lr_text(family) == "tie: 0.001, 0.01"
+    assert report_lrs.lrs_note_field(family) == "best LR tie: 0.001, 0.01"
+
+
+def test_families_that_did_not_learn_have_no_lrs_in_lrs_csv(three_families: Path, tmp_path: Path) -> None:
+    report.build_report([three_families], tmp_path, baseline=TRAINS)
+    rows = {r["family"]: r for r in read_csv(tmp_path / "lrs.csv")}
+    assert list(next(iter(rows.values()))) == list(report_lrs.FAMILY_FIELDS)
+    assert list(report_lrs.FAMILY_FIELDS[-5:]) == ["best_loss_mean", "did_not_learn", "lrs_note", "pairs_left_out", "degenerate"]
+    trains = rows[TRAINS]
+    assert (trains["n"], float(trains["lrs_mean"]), trains["best_lr"], trains["did_not_learn"], trains["lrs_note"]) == (
+        "3", pytest.approx(0.7), "0.01", "0", "")  # fmt: skip
+    assert float(trains["best_loss_mean"]) == 2.0  # l* = 2.0 at lr 0.01 for every seed
+    for label in (DIVERGES, STALLS):
+        row = rows[label]
+        empty = ("lrs_mean", "lrs_stderr", "ci95_lo", "ci95_hi", "per_seed_lrs", "best_lr", "best_loss_mean", "diff_mean",
+                 "diff_ci95_lo", "significant", "degenerate")  # fmt: skip
+        assert {k: row[k] for k in empty} == dict.fromkeys(empty, ""), label
+        assert (row["n"], row["did_not_learn"], row["lrs_note"], row["pairs"], row["pairs_left_out"]) == (
+            "0", "3", NOTE_ALL, "0", "3")  # fmt: skip
+
+
+def test_families_that_did_not_learn_read_so_in_the_table(three_families: Path, tmp_path: Path) -> None:
+    page = report.build_report([three_families], tmp_path, baseline=TRAINS).read_text(encoding="utf-8")
+    rows, _ = table(page, "data-family")
+    assert rows[TRAINS]["lrs"][1] == "0.7000 ± 0.1155" and rows[TRAINS]["best_loss"] == ("2.0", "2.0000")
+    assert rows[TRAINS]["did_not_learn"][1] == "0 of 3" and rows[TRAINS]["lrs:delta"] == ("", "")
+    for label in (DIVERGES, STALLS):
+        row = rows[label]
+        assert row["lrs"] == ("", "did not learn at any LR of the grid"), label
+        assert (row["ci95"], row["best_lr"], row["best_loss"], row["did_not_learn"]) == (("", "—"),) * 3 + (("3", "3 of 3"),)
+        # not "significantly less sensitive" than the family that trains: no pair at all, and why
+        assert row["lrs:delta"] == ("", "— (0); 3 left out (seeds 0, 1, 2): did not learn at any LR of the grid")
+        assert row["notes"][1].startswith("seed 0: no LRS, did not learn at any LR of the grid (every run diverged or ended "
+                                          "at or above the loss at init, 5.0000); seed 1: no LRS")  # fmt: skip
+    assert "nor does a seed that did not learn at any LR of the grid" in page
+
+
+def test_families_that_did_not_learn_are_left_out_of_the_lr_charts_with_a_note(three_families: Path, tmp_path: Path) -> None:
+    page = report.build_report([three_families], tmp_path).read_text(encoding="utf-8")
+    note = f"left out, did not learn at any LR of the grid: {DIVERGES}; {STALLS}"
+    for key in ("lr_loss", "lrs"):
+        assert {t["meta"]["variant"] for t in figures(page)[f"plot-{key}"]} == {TRAINS}, key
+        (annotation,) = layouts(page)[f"plot-{key}"]["annotations"]
+        assert (annotation["text"], annotation["y"], annotation["yanchor"]) == (note, 0.01, "bottom")
+    study = lr_study(load_runs([three_families]))
+    fig = report.panel_figure({p.key: p for p in lr_panels(study)}["lrs"], report.variant_colors(study.families))
+    assert note in [t.get_text() for t in fig.axes[0].texts]
+    report.plt.close(fig)
+    # no family learned: the chart is drawn empty, with the note at its centre
+    alone = lr_study([r for r in load_runs([three_families]) if r.config["norm.placement"] == "post"] +
+                     [r for r in load_runs([three_families]) if r.config["norm.placement"] == "sandwich"])  # fmt: skip
+    (lrs,) = [p for p in lr_panels(alone) if p.key == "lrs"]
+    assert (lrs.lines, lrs.note) == ([], note)
+
+
+def test_lrs_csv_is_rebuilt_from_lr_sensitivity_csv_alone(lr_sweep: tuple[Path, str], tmp_path: Path) -> None:
+    out = lr_sweep[0].parent
+    path = report_lrs.rebuild_lrs_csv(out / "lr_sensitivity.csv", tmp_path / "lrs.csv")
+    assert path.read_bytes() == (out / "lrs.csv").read_bytes()  # the report's own lrs.csv, byte for byte
+    report.build_report([out.parent], tmp_path / "with", baseline=PRE)
+    rebuilt = report_lrs.rebuild_lrs_csv(tmp_path / "with" / "lr_sensitivity.csv", tmp_path / "b.csv", baseline=PRE)
+    assert rebuilt.read_bytes() == (tmp_path / "with" / "lrs.csv").read_bytes()
+    with pytest.raises(ValueError, match=r"unknown --baseline 'norm.placement=none'; valid: .*'norm.placement=post"):
+        report_lrs.rebuild_lrs_csv(out / "lr_sensitivity.csv", tmp_path / "c.csv", baseline="norm.placement=none")
+
+
+def test_the_committed_lrs_csv_is_what_its_lr_sensitivity_csv_gives(tmp_path: Path) -> None:
+    results = Path(__file__).parents[1] / "docs" / "results" / "lr_sensitivity"
+    baseline = "norm.placement=pre norm.kind=layernorm norm.qk=None"
+    assert report_lrs.main([str(results / "lr_sensitivity.csv"), "--out", str(tmp_path / "lrs.csv"), "--baseline", baseline]) == 0
+    assert (tmp_path / "lrs.csv").read_text() == (results / "lrs.csv").read_text()
+    rows = {r["family"]: r for r in read_csv(results / "lrs.csv")}
+    deepnorm = rows["norm.placement=deepnorm norm.kind=layernorm norm.qk=None"]
+    # DeepNorm's low LRS (0.23) is measured from a best loss of 2.96 nats, against pre-LN's 0.70: read side by side
+    assert float(deepnorm["lrs_mean"]) == pytest.approx(0.2323, abs=1e-4)
+    assert float(deepnorm["best_loss_mean"]) == pytest.approx(2.9614, abs=1e-4)
+    assert float(rows[baseline]["best_loss_mean"]) == pytest.approx(0.6976, abs=1e-4)

@@ -14,12 +14,14 @@ from analysis.paired import (
     BASELINE_COLUMNS,
     SUMMARY_COLUMNS,
     PairedDifference,
+    delta_text,
     noise_floor,
     paired_difference,
     quality_metrics,
     summary_rows,
 )
 from analysis.runs import Run
+from analysis.stats import mean_stderr, t_interval, zero_spread
 from analysis.variants import Variant
 from scripts import report
 from tests.test_report import DIVERGED_ERROR, config, finished, metric_rows, table, write_run
@@ -60,6 +62,29 @@ def test_unmatched_seeds_are_dropped() -> None:
     d = paired_difference({0: 1.5, 1: 2.4, 2: 3.8, 7: 100.0}, {0: 1.0, 1: 2.0, 2: 3.0, 9: -100.0})
     assert d == paired_difference({0: 1.5, 1: 2.4, 2: 3.8}, {0: 1.0, 1: 2.0, 2: 3.0})
     assert d.n == 3
+
+
+def test_identical_differences_are_degenerate_not_significant() -> None:
+    d = paired_difference({0: 1.5, 1: 2.5, 2: 3.5}, {0: 1.0, 1: 2.0, 2: 3.0})  # every difference 0.5: sd 0
+    assert (d.n, d.mean, d.ci95, d.significant, d.degenerate) == (3, 0.5, None, False, True)
+    assert delta_text(d, lambda x: f"{x:+.2f}") == "+0.50 (3) degenerate (zero spread)"
+    # differences that agree to float rounding only (0.10000000000000003, 0.10000000000000009) are as degenerate
+    assert paired_difference({0: 0.1 + 0.2, 1: 1.1}, {0: 0.2, 1: 1.0}).degenerate is True
+    assert zero_spread([0.0, 0.0]) and not zero_spread([0.5]) and not zero_spread([0.5, 0.5 + 1e-6])
+    assert paired_difference({0: 1.5, 1: 2.4}, {0: 1.0, 1: 2.0}).degenerate is False  # differences 0.5, 0.4
+
+
+def test_a_non_finite_value_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match=r"^value 1 of 3 is nan: statistics need finite numbers$"):
+        mean_stderr([1.0, math.nan, 2.0])
+    with pytest.raises(ValueError, match=r"^value 2 of 3 is inf"):
+        t_interval([1.0, 2.0, math.inf])
+    with pytest.raises(ValueError, match=r"^value 0 of 1 is None"):
+        mean_stderr([None])
+    with pytest.raises(ValueError, match=r"^values\[1\] is nan: a paired difference needs finite numbers$"):
+        paired_difference({0: 1.0, 1: math.nan}, {0: 1.0, 1: 2.0})
+    with pytest.raises(ValueError, match=r"^baseline\['s2'\] is -inf"):
+        paired_difference({"s2": 1.0}, {"s2": -math.inf})
 
 
 def test_one_pair_has_no_interval_and_none_has_no_mean() -> None:
@@ -113,12 +138,13 @@ def test_delta_cells_give_mean_ci_and_pairs(compared: tuple[str, list[dict]]) ->
     assert float(post["test/per:delta"][0]) == pytest.approx(0.00566667, abs=1e-8)
     assert post["test/per:delta"][1] == "+0.57 [+0.05, +1.08] (3)"
     assert post["test/wer:delta"][1] == "+1.13 [+0.10, +2.17] (3)"
-    # the same losses, seed by seed: every difference 0, an interval [0, 0] that covers 0
-    assert post["best_val_loss:delta"] == ("0.0", "+0.000 [+0.000, +0.000] (3) n.s.")
+    # the same losses, seed by seed: every difference 0, zero spread: no interval, not significant
+    assert post["best_val_loss:delta"] == ("0.0", "+0.000 (3) degenerate (zero spread)")
     # seeds 0 and 2 only (seed 1 diverged): diffs 1 and -2 points, half width 12.7062 * 2.1213 / sqrt(2) = 19.0593
     assert float(rms["test/per:delta"][0]) == pytest.approx(-0.005, abs=1e-12)
     assert rms["test/per:delta"][1] == "-0.50 [-19.56, +18.56] (2) n.s."
-    assert rms["best_val_loss:delta"][1] == "+0.500 [+0.500, +0.500] (2)"  # not 3 pairs: the diverged seed's loss is left out
+    # not 3 pairs: the diverged seed's loss is left out; both differences 0.5: no zero-width interval called significant
+    assert rms["best_val_loss:delta"][1] == "+0.500 (2) degenerate (zero spread)"
     assert rms["diverged"][1] == "1 of 3"
     assert all(rows[BASE][f"{m}:delta"] == ("", "") for m in ("test/per", "test/wer", "best_val_loss"))
 
@@ -129,6 +155,7 @@ def test_baseline_line_and_headers(compared: tuple[str, list[dict]]) -> None:
     assert f"<th>best valid loss Δ vs {BASE}: mean [95% CI] (pairs)</th>" in page
     assert f'<p class="note" data-baseline="{BASE}">' in page
     assert "paired t test" in page and "Diverged runs never enter a pair or a mean" in page
+    assert "degenerate (zero spread): every pair differs by the same amount" in page
     # baseline PER 10, 12, 14 %: sample std 2 points; WER twice; best valid loss 1.23, 1.24, 1.25: 0.01
     assert "seed-to-seed sample standard deviation: PER (%) 2.00, WER (%) 4.00, best valid loss 0.010.</p>" in page
 
@@ -138,8 +165,8 @@ def test_summary_csv_with_baseline(compared: tuple[str, list[dict]]) -> None:
     assert list(compared[1][0]) == [*SUMMARY_COLUMNS, *BASELINE_COLUMNS]
     assert len(rows) == 9 and {m for _, m in rows} == {"test/per", "test/wer", "best_val_loss"}  # no wall time, spikes
     post = rows[POST, "test/per"]
-    counts = ("runs", "finished", "diverged", "n", "baseline", "pairs", "significant")
-    assert [post[k] for k in counts] == ["3", "3", "0", "3", BASE, "3", "true"]
+    counts = ("runs", "finished", "diverged", "n", "baseline", "pairs", "significant", "degenerate")
+    assert [post[k] for k in counts] == ["3", "3", "0", "3", BASE, "3", "true", "false"]
     assert float(post["mean"]) == pytest.approx(0.377 / 3, abs=1e-12)
     assert float(post["std"]) == pytest.approx(statistics.stdev([0.105, 0.124, 0.148]), rel=1e-12)
     assert float(post["stderr"]) == pytest.approx(float(post["std"]) / math.sqrt(3), rel=1e-12)
@@ -149,13 +176,17 @@ def test_summary_csv_with_baseline(compared: tuple[str, list[dict]]) -> None:
     assert float(post["diff_ci95_hi"]) == pytest.approx(0.017 / 3 + half, abs=1e-12)
     assert post["diff_ci95_lo"] == repr(float(post["diff_ci95_lo"]))  # unformatted: every digit of the float
     rms = rows[RMS, "test/per"]
-    assert [rms[k] for k in counts] == ["3", "2", "1", "2", BASE, "2", "false"]
+    assert [rms[k] for k in counts] == ["3", "2", "1", "2", BASE, "2", "false", "false"]
     half = T_975_1 * statistics.stdev([0.01, -0.02]) / math.sqrt(2)
     assert float(rms["diff_ci95_lo"]) == pytest.approx(-0.005 - half, abs=1e-12)
-    assert rows[RMS, "best_val_loss"]["pairs"] == "2" and rows[RMS, "best_val_loss"]["significant"] == "true"
+    # differences 0.5 and 0.5: zero spread, no interval, not significant (a [0.5, 0.5] "interval" read as significant)
+    degenerate = rows[RMS, "best_val_loss"]
+    assert [degenerate[k] for k in ("pairs", "diff_ci95_lo", "diff_ci95_hi", "significant", "degenerate")] == [
+        "2", "", "", "false", "true"]  # fmt: skip
+    assert float(degenerate["diff_mean"]) == 0.5
     base = rows[BASE, "best_val_loss"]
     assert float(base["std"]) == pytest.approx(0.01, abs=1e-12) and float(base["mean"]) == pytest.approx(best_val_loss(1.0, 1))
-    assert [base[k] for k in BASELINE_COLUMNS] == [BASE, "", "", "", "", ""]  # the baseline is not compared to itself
+    assert [base[k] for k in BASELINE_COLUMNS] == [BASE, "", "", "", "", "", ""]  # the baseline is not compared to itself
 
 
 def test_summary_csv_without_baseline(paired_sweep: Path, tmp_path: Path) -> None:
