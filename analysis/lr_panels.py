@@ -71,9 +71,9 @@ def max_logit_line(family: Family, lr: float) -> Line | None:
 
 
 def not_learned_note(study: LRStudy) -> str:
-    """``left out, did not learn at any LR of the grid: FAMILY; ...`` for the families none of whose seeds learned
+    """``left out, did not learn at any LR of the grid: FAMILY; ...`` for the families with a seed that did not learn
     (no LRS, no mean capped loss), or ""."""
-    left = [f.label for f in study.families if f.not_learned and not f.values]
+    left = [f.label for f in study.families if f.not_learned]
     return f"left out, {NOT_LEARNED}: {'; '.join(left)}" if left else ""
 
 

@@ -22,9 +22,10 @@ best LR, the argmin of the mean over seeds of min(l(eta), l0) (none on a tie: no
 
 A seed whose complete grid never improved on l0 (every run diverged or ended at or above the loss at init: every
 min(l(eta), l0) = l0) *did not learn at any LR of the grid*. By the formula its LRS would be 0, the best possible
-score, read as a success; it gets none instead, and no best loss, and a note says so. A family none of whose seeds
-learned has no LRS, no interval, no best loss and no best LR, and the report says "did not learn at any LR of the
-grid" for it; a comparison by seed (:func:`lrs_versus`) leaves such seeds out and says how many.
+score, read as a success; it gets none instead, and no best loss, and a note says so. A family with such a seed has
+no mean LRS, no interval, no best loss and no best LR (a mean over the seeds that learned would score it by its
+survivors), and the report says "did not learn at any LR of the grid" for it, naming the seeds; a comparison by seed
+(:func:`lrs_versus`) leaves such seeds out and says how many.
 
 :func:`study_from_cells` rebuilds a study from the report's ``lr_sensitivity.csv`` rows, without the run dirs.
 """
@@ -130,7 +131,10 @@ class Family:
 
     @property
     def averaged(self) -> list[SeedGrid]:
-        """The seeds with an LRS (complete grid, l0 known): the ones every per-family number is over."""
+        """The seeds with an LRS (complete grid, l0 known): the ones every per-family number is over. None at all
+        when a seed did not learn: a mean over the seeds that learned would read a failure as a low sensitivity."""
+        if self.not_learned:
+            return []
         return [s for s in self.seeds if s.sensitivity is not None]
 
     @property
@@ -211,7 +215,7 @@ def lrs_versus(family: Family, baseline: Family) -> PairedDifference | None:
     the grid in either family has no LRS and is left out; the difference's ``note`` says how many and why."""
     if family is baseline:
         return None
-    diff = paired_difference(*({s.seed: s.sensitivity for s in f.averaged} for f in (family, baseline)))
+    diff = paired_difference(*({s.seed: s.sensitivity for s in f.seeds if s.sensitivity is not None} for f in (family, baseline)))
     if not (left := not_learned_pairs(family, baseline)):
         return diff
     seeds = f"seed{'s' * (len(left) > 1)} {', '.join(map(str, left))}"

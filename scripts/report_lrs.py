@@ -64,13 +64,13 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 
 def per_seed(family: Family) -> str:
     """``seed=LRS`` for each seed with an LRS, space-separated (full precision)."""
-    return " ".join(f"{s.seed}={s.sensitivity!r}" for s in family.averaged)
+    return " ".join(f"{s.seed}={s.sensitivity!r}" for s in family.seeds if s.sensitivity is not None)
 
 
 def _mean_cell(family: Family) -> tuple[float | None, str]:
     mean, stderr = family.mean_stderr
-    if mean is None and family.not_learned:
-        return None, NOT_LEARNED
+    if mean is None and family.not_learned:  # the seeds named when some learned: no mean over the survivors
+        return None, NOT_LEARNED if len(family.not_learned) == len(family.seeds) else family.learning_note
     return mean, _fmt(mean) + ("" if stderr is None else f" ± {_fmt(stderr)}")
 
 
