@@ -24,7 +24,9 @@ CSVs, written with the ``csv`` module into the report's folder (empty field: no 
   did not learn at any LR of the grid), ``lrs_note`` (``did not learn at any LR of the grid: seeds ... of N``; a
   best-LR tie), and with a baseline ``pairs_left_out`` (seeds left out of the pairs because either family did not
   learn) and ``degenerate`` (every pair differs by the same amount: no interval, not significant; empty with fewer
-  than two pairs).
+  than two pairs);
+- ``lrs_seeds.csv``: one row per family and seed: ``family, seed, lrs, best_loss`` (l*; both empty without an LRS),
+  ``init_loss`` (l0), ``learned`` (``False``: did not learn at any LR of the grid; empty for an incomplete grid).
 """
 
 import argparse
@@ -42,9 +44,10 @@ from analysis.runs import Run
 CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit")
 PAIRED_FIELDS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant")
 ADDED_FIELDS = ("best_loss_mean", "did_not_learn", "lrs_note", "pairs_left_out", "degenerate")  # after the older ones
+SEED_FIELDS = ("family", "seed", "lrs", "best_loss", "init_loss", "learned")
 FAMILY_FIELDS = ("family", "n", "lrs_mean", "lrs_stderr", "ci95_lo", "ci95_hi", "per_seed_lrs", "best_lr", *PAIRED_FIELDS,
                  *ADDED_FIELDS)  # fmt: skip
-CSVS = ("lr_sensitivity.csv", "lrs.csv")
+CSVS = ("lr_sensitivity.csv", "lrs.csv", "lrs_seeds.csv")
 NOTE = (
     "LR sensitivity (Wortsman et al. 2023, arXiv 2309.14322, §2.2): a family is the runs that differ only in the seed "
     "and optim.lr. Per seed, LRS = the mean over the family's LR grid of min(final valid loss, loss at init) minus its "
@@ -152,16 +155,24 @@ def family_rows(study: LRStudy, baseline: Family | None = None) -> list[tuple]:
     return rows
 
 
+def seed_rows(study: LRStudy) -> list[tuple]:
+    """The rows of ``lrs_seeds.csv`` (``SEED_FIELDS``): each seed's LRS and l* (empty without an LRS), its l0, and
+    ``learned`` (``True``, ``False``: did not learn at any LR of the grid; empty for an incomplete grid)."""
+    return [(f.label, s.seed, s.sensitivity, s.best_loss, s.init_loss, s.learned) for f in study.families for s in f.seeds]
+
+
 def write_csvs(study: LRStudy, out: Path, baseline: Family | None = None) -> list[Path]:
-    """Write ``lr_sensitivity.csv`` and ``lrs.csv`` (with ``baseline``: the paired LRS differences) into ``out``;
-    returns their paths."""
-    tables = zip(CSVS, (CELL_FIELDS, FAMILY_FIELDS), (cell_rows(study), family_rows(study, baseline)), strict=True)
+    """Write ``lr_sensitivity.csv``, ``lrs.csv`` (with ``baseline``: the paired LRS differences) and ``lrs_seeds.csv``
+    into ``out``; returns their paths."""
+    rows = (cell_rows(study), family_rows(study, baseline), seed_rows(study))
+    tables = zip(CSVS, (CELL_FIELDS, FAMILY_FIELDS, SEED_FIELDS), rows, strict=True)
     return [write_csv(out / name, fields, rows) for name, fields, rows in tables]
 
 
 def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None) -> Path:
-    """Write ``out`` (``lrs.csv``) from ``cells_csv`` (a report's ``lr_sensitivity.csv``) alone, compared with the family
-    labelled ``baseline`` if given (:func:`analysis.lrs.study_from_cells`, :func:`family_rows`); returns ``out``.
+    """Write ``out`` (``lrs.csv``) and ``lrs_seeds.csv`` beside it from ``cells_csv`` (a report's ``lr_sensitivity.csv``)
+    alone, compared with the family labelled ``baseline`` if given (:func:`analysis.lrs.study_from_cells`,
+    :func:`family_rows`, :func:`seed_rows`); returns ``out``.
 
     Raises:
         ValueError: no family is labelled ``baseline``; the message lists the valid labels.
@@ -171,6 +182,7 @@ def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None) -> 
     family = study.family(baseline)
     if baseline is not None and family is None:
         raise ValueError(f"unknown --baseline {baseline!r}; valid: {', '.join(repr(f.label) for f in study.families)}")
+    write_csv(out.parent / CSVS[2], SEED_FIELDS, seed_rows(study))
     return write_csv(out, FAMILY_FIELDS, family_rows(study, family))
 
 

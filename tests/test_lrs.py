@@ -447,6 +447,11 @@ def test_the_committed_lrs_csv_is_what_its_lr_sensitivity_csv_gives(tmp_path: Pa
     baseline = "norm.placement=pre norm.kind=layernorm norm.qk=None"
     assert report_lrs.main([str(results / "lr_sensitivity.csv"), "--out", str(tmp_path / "lrs.csv"), "--baseline", baseline]) == 0
     assert (tmp_path / "lrs.csv").read_text() == (results / "lrs.csv").read_text()
+    assert (tmp_path / "lrs_seeds.csv").read_text() == (results / "lrs_seeds.csv").read_text()
+    seeds = read_csv(results / "lrs_seeds.csv")
+    post = {r["seed"]: float(r["lrs"]) for r in seeds if r["family"].startswith("norm.placement=post")}
+    assert post == {"0": pytest.approx(1.5083, abs=1e-4), "1": pytest.approx(1.1928, abs=1e-4),
+                    "2": pytest.approx(1.5850, abs=1e-4)}  # fmt: skip
     rows = {r["family"]: r for r in read_csv(results / "lrs.csv")}
     deepnorm = rows["norm.placement=deepnorm norm.kind=layernorm norm.qk=None"]
     # DeepNorm's low LRS (0.23) is measured from a best loss of 2.96 nats, against pre-LN's 0.70: read side by side
