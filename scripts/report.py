@@ -32,7 +32,7 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   sensitivity (Wortsman et al. 2023; ``analysis/lrs.py``, docs/sweeps.md): a table after the variant table,
   the charts that have data (``analysis/lr_panels.py``: ``lr_loss.png``, ``lrs.png``,
   ``attn_max_logit_lr_<j>.png`` for the j-th highest LR), and ``lr_sensitivity.csv`` (per family, seed and
-  LR) and ``lrs.csv`` (per family) (``scripts/report_lrs.py``).
+  LR), ``lrs.csv`` (per family) and ``lrs_seeds.csv`` (per family and seed) (``scripts/report_lrs.py``).
 
 A run with ``probe/*.png`` (``python -m scripts.probe RUN_DIR``) gets a "Probes" section showing them.
 
