@@ -48,10 +48,15 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in (CONF / "norm").glob("*.yaml") if not p.stem.startswith("_"))
 
 
-def default_preset() -> str:
-    """The norm preset a run without ``norm=`` uses: the ``norm`` entry of ``conf/config.yaml``'s defaults."""
+def default_choice(group: str) -> str:
+    """The option of config group ``group`` (``norm``, ``model``) a run uses unless told: ``conf/config.yaml``'s defaults."""
     defaults = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml").defaults)
-    return next(entry["norm"] for entry in defaults if isinstance(entry, dict) and "norm" in entry)
+    return next(entry[group] for entry in defaults if isinstance(entry, dict) and group in entry)
+
+
+def default_preset() -> str:
+    """The norm preset a run without ``norm=`` uses (pre_ln)."""
+    return default_choice("norm")
 
 
 @cache
