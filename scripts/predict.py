@@ -1,23 +1,29 @@
 """Decode lines with a trained checkpoint: translate sentences, or spell words as phonemes (G2P).
 
-    python -m scripts.predict outputs/<date>/<time>_pre-layernorm-custom/checkpoint.pt sentences.txt --beam-size 5
-    echo "phoneme" | python -m scripts.predict RUN_DIR/checkpoint.pt -          # G2P: F OW N IY M
+    python -m scripts.predict outputs/<date>/<time>_pre-layernorm-custom sentences.txt --beam-size 5
+    echo "phoneme" | python -m scripts.predict RUN_DIR -          # G2P: F OW N IY M
 
-One output line per input line, in order, from the checkpoint's own vocabularies and model
-config. Decoding is the one the runs use (``training.evaluate.decode_all``: batched beam search
-with the incremental decoder cache; ``--beam-size 1`` is greedy).
+RUN_DIR is a run directory (its ``checkpoint.pt``) or a checkpoint file. One output line per input
+line on stdout, in order, from the checkpoint's own vocabularies and model config. Before them, on
+stderr: the checkpoint's step and the run's test metrics (``status.json``), and for each input line
+the characters the model cannot read (not in its vocabulary: read as ``<unk>``, e.g. the digits of
+``abc123`` for G2P) or that were cut off (beyond ``model.max_len``). Decoding is the one the runs use
+(``training.evaluate.decode_all``: batched beam search with the incremental decoder cache;
+``--beam-size 1`` is greedy).
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
 
-from data.tokenizer import detokenize, encode_all
+from data.tokenizer import UNK, detokenize, encode_all
 from model import EncoderDecoder, ModelConfig, NormConfig
-from training.checkpoint import load_checkpoint
+from training.checkpoint import LATEST, load_checkpoint
 from training.evaluate import DecodeConfig, decode_all
 
 
@@ -29,20 +35,63 @@ def model_from(ckpt: dict) -> EncoderDecoder:
     return model
 
 
-def load_model(path: str, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, str]:
-    """(model in eval mode, src vocabulary, tgt vocabulary, task name) from a normlab checkpoint."""
-    ckpt = load_checkpoint(path)
+def checkpoint_path(path: str) -> Path:
+    """The checkpoint file of ``path``: ``path/checkpoint.pt`` for a run directory, else ``path`` itself."""
+    return Path(path) / LATEST if Path(path).is_dir() else Path(path)
+
+
+def from_checkpoint(ckpt: dict, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, str]:
+    """(model in eval mode, src vocabulary, tgt vocabulary, task name) from a loaded checkpoint."""
     model = model_from(ckpt)
     src, tgt = (Tokenizer.from_str(ckpt["vocab"][k]) for k in ("src", "tgt"))
     return model.to(device).eval(), src, tgt, ckpt.get("task", "g2p")
 
 
+def load_model(path: str, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, str]:
+    """(model in eval mode, src vocabulary, tgt vocabulary, task name) from a normlab checkpoint or run directory."""
+    return from_checkpoint(load_checkpoint(checkpoint_path(path)), device)
+
+
+def describe(ckpt: dict[str, Any], path: Path) -> str:
+    """One line: the checkpoint file, its step, and the run's test metrics from the ``status.json`` next to it
+    (PER/WER in %), e.g. ``predict: run/checkpoint.pt at step 20 of 20; test PER 31.20%, WER 80.50%``."""
+    status_file = path.parent / "status.json"
+    status = json.loads(status_file.read_text(encoding="utf-8")) if status_file.is_file() else {}
+    of = f" of {status['max_steps']}" if status.get("max_steps") else ""
+    test = status.get("test") or {}
+    pct = ckpt.get("task", "g2p") == "g2p"
+    metrics = ", ".join(f"{k.split('/')[-1].upper()} {v:.2%}" if pct else f"{k.split('/')[-1].upper()} {v:.2f}"
+                        for k, v in test.items() if isinstance(v, float))  # fmt: skip
+    at = f" (the run's, at step {status['step']})" if status.get("step") not in (None, ckpt["step"]) else ""
+    tested = f"test {metrics}{at}" if metrics else "no test metrics in status.json"
+    return f"predict: {path} at step {ckpt['step']}{of}; {tested}"
+
+
+def prepared(lines: list[str], task: str) -> list[str]:
+    """The lines as the model reads them: for G2P stripped and lower-cased (CMUdict words are lower-case letters)."""
+    return [line.strip().lower() for line in lines] if task == "g2p" else lines
+
+
+def input_notes(lines: list[str], src: Tokenizer, task: str, max_len: int) -> list[str]:
+    """One line per input line the model cannot read in full: the characters not in the source vocabulary (read as
+    ``<unk>``), and the text cut off beyond ``max_len - 1`` tokens; [] when every line is read in full."""
+    notes, texts = [], prepared(lines, task)
+    encoded = src.encode_batch(texts, add_special_tokens=False)
+    for i, (line, text, enc) in enumerate(zip(lines, texts, encoded, strict=True)):
+        unknown = dict.fromkeys(text[a:b] for tok, (a, b) in zip(enc.tokens, enc.offsets, strict=True) if tok == UNK)
+        if unknown:
+            shown = " ".join(repr(c) for c in unknown)
+            notes.append(f"predict: line {i + 1} {line!r}: not in the vocabulary, read as {UNK}: {shown}")
+        if len(enc.ids) > max_len - 1:
+            cut = text[enc.offsets[max_len - 1][0] :]
+            notes.append(f"predict: line {i + 1}: longer than {max_len - 1} tokens (model.max_len - 1); dropped: {cut!r}")
+    return notes
+
+
 def predict(lines: list[str], model: EncoderDecoder, src: Tokenizer, tgt: Tokenizer, task: str, dcfg: DecodeConfig,
             max_tokens: int, device: torch.device) -> list[str]:  # fmt: skip
     """One output string per input line (an empty line gives an empty output)."""
-    if task == "g2p":
-        lines = [line.strip().lower() for line in lines]  # CMUdict words are lower-cased letters
-    ids = [x[: model.cfg.max_len - 1] for x in encode_all(src, lines)]
+    ids = [x[: model.cfg.max_len - 1] for x in encode_all(src, prepared(lines, task))]
     todo = [i for i, x in enumerate(ids) if x]
     hyps = decode_all(model, [ids[i] for i in todo], dcfg, max_tokens, device)
     out = [""] * len(lines)
@@ -52,8 +101,10 @@ def predict(lines: list[str], model: EncoderDecoder, src: Tokenizer, tgt: Tokeni
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point: predictions on stdout, the checkpoint's step, test metrics and input notes on stderr;
+    exits with ``predict: error: ...`` on a missing or bad checkpoint or input file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", help="a checkpoint.pt written by train.py")
+    parser.add_argument("checkpoint", metavar="RUN_DIR", help="a run directory written by train.py, or a checkpoint.pt")
     parser.add_argument("input", nargs="?", default="-", help="text file, one sentence (or word) per line; - or none: stdin")
     parser.add_argument("--beam-size", type=int, default=5, help="hypotheses kept per sentence; 1 is greedy (default 5)")
     parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (default 0.6)")
@@ -63,11 +114,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         dcfg = DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty)
         device = torch.device(args.device)
-        model, src, tgt, task = load_model(args.checkpoint, device)
+        path = checkpoint_path(args.checkpoint)
+        ckpt = load_checkpoint(path)
+        model, src, tgt, task = from_checkpoint(ckpt, device)
         text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"predict: error: {e}")
     lines = text.splitlines()
+    print("\n".join([describe(ckpt, path), *input_notes(lines, src, task, model.cfg.max_len)]), file=sys.stderr)
     print("\n".join(predict(lines, model, src, tgt, task, dcfg, args.max_tokens, device)))
 
 

@@ -9,18 +9,21 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
 - ``index.html``: training loss, validation loss and validation PER (BLEU for translation runs) vs step
   (a thin line per run; per variant the mean over seeds with a min-max band, drawn only where every
   seed has a value; an ``x`` where a run diverged), residual RMS and gradient norm vs depth, and
-  summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md). With
-  ``--baseline VARIANT`` (a label as the variants table shows it) each test metric and best valid loss gets a column
+  summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md), a column with
+  nothing to read left out and named. With a baseline, ``--baseline VARIANT`` (a label as the variants table shows it,
+  or the norm preset its runs used: ``pre_ln``; ``analysis/presets.py``) or by default the variant of the default
+  preset pre_ln when exactly one used it (``--baseline none``: none), each test metric and best valid loss gets a column
   "Δ vs VARIANT": the paired difference over the seeds both finished, with its 95% CI (paired t test; ``n.s.`` when
   it covers 0; ``degenerate (zero spread)`` when every pair differs by the same amount), under a line giving the
-  method and the baseline's noise floor (``analysis/paired.py``).
+  method and the baseline's noise floor (``analysis/paired.py``). When every run ends at a test WER of 90 % or more,
+  a line says they are far from trained.
   plotly.js is embedded: the page works offline. Once every chart has drawn, ``<body data-plots-drawn>``
   equals ``data-plots-expected``; JavaScript errors (uncaught, rejected promises, ``console.error``)
   are counted in ``<html data-js-errors>``.
 - one PNG per chart (``loss.png``, ``val_loss.png``, ``val_per.png``, ``rms_vs_depth.png``, ``grad_vs_depth.png``), and
   those of the stability charts that have data (``analysis/stability.py``): ``attn_max_logit_<j>.png`` and
   ``sigma_max_vs_depth_<j>.png`` for the j-th variant, ``out_logz.png``, ``kurtosis_vs_depth.png``.
-- ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with ``--baseline``
+- ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with a baseline
   the paired difference and its CI, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
 - ``runs.csv``, always: the per-run table unformatted, one row per run under its variant's label (the values behind
   the seed statistics: PER/WER as fractions, losses in nats).
@@ -79,6 +82,7 @@ from analysis.paired import (  # noqa: E402
     versus,
 )
 from analysis.panels import Line, Panel, build_panels  # noqa: E402
+from analysis.presets import resolve_baseline, shown_label  # noqa: E402
 from analysis.runs import TASKS, Run, detect_task  # noqa: E402
 from analysis.stability import stability_panels  # noqa: E402
 from analysis.stats import mean_stderr  # noqa: E402
@@ -108,7 +112,7 @@ console.error = function () {
 CSS = """body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 table { border-collapse: collapse; font-size: 0.85em; margin-bottom: 2em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f0f0f0; } td.text { text-align: left; max-width: 32em; overflow-wrap: anywhere; }
+th { background: #f0f0f0; } td.text { text-align: left; max-width: 32em; overflow-wrap: normal; word-break: normal; }
 tr.diverged, tr.failed { background: #fde2e2; } tr.unknown, tr.interrupted, tr.running { background: #f4f4f4; color: #555; }
 .plot { height: 460px; margin-bottom: 1em; } .note { color: #666; font-size: 0.9em; }
 img.probe { max-width: 32%; margin-right: 1%; }"""
@@ -355,29 +359,56 @@ def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: 
         diff = versus(v, baseline, get)
         return (None, "") if diff is None else (diff.mean, delta_text(diff, signed))
 
-    return f"{key}:delta", f"{header} Δ vs {baseline.label}: mean [95% CI] (pairs)", cell
+    return f"{key}:delta", f"{header} Δ vs {shown_label(baseline.label)}: mean [95% CI] (pairs)", cell
 
 
-def variants_html(variants: list[Variant], task: str, baseline: Variant | None) -> str:
+def variants_html(variants: list[Variant], task: str, baseline: Variant | None, by_default: bool = False) -> str:
     """The variants table, under a note pointing to summary.csv and, with ``baseline``, the method of the Δ columns,
-    the baseline and its noise floor per metric."""
+    the baseline (``by_default``: chosen as the default preset's variant) and its noise floor per metric; without,
+    a note saying how to get paired differences. First, when every run is far from trained, a note saying so."""
     csv_link = '<a href="summary.csv">summary.csv</a>'
     notes = [f'<p class="note">Test metrics and best valid loss, unformatted, one row per variant and metric: {csv_link}.</p>']
-    if baseline is not None:
-        notes.insert(0, baseline_note(baseline, task))
-    return "\n".join([*notes, table_html(variant_columns(task, baseline), variants, "data-variant", lambda v: "")])
+    notes.insert(0, baseline_note(baseline, task, by_default) if baseline is not None else NO_BASELINE_NOTE)
+    if untrained := untrained_note([r for v in variants for r in v.runs], task):
+        notes.insert(0, untrained)
+    return "\n".join([*notes, table_html(variant_columns(task, baseline), variants, "data-variant", lambda v: "", hide=True)])
 
 
-def baseline_note(baseline: Variant, task: str) -> str:
-    """The line above the variants table with ``--baseline``: method, baseline, noise floor per metric."""
+NO_BASELINE_NOTE = (
+    '<p class="note" data-baseline="">Is a difference real? <code>--baseline VARIANT</code> (a label as the table '
+    "shows it) or <code>--baseline PRESET</code> (the norm preset its runs used, e.g. <code>--baseline pre_ln</code>) "
+    "adds to each metric the paired difference to that variant over the seeds both finished, with its 95% CI. Without "
+    "--baseline the report compares to the variant that used the default preset (pre_ln) when there is exactly one.</p>"
+)
+UNTRAINED_WER = 0.9  # a test WER at or above it: at most 1 word in 10 spelled right (trained G2P models: ~25 %)
+
+
+def untrained_note(runs: list[Run], task: str) -> str:
+    """A note when every run with a test WER (G2P) has one of at least ``UNTRAINED_WER``: the runs are far from trained
+    (an untrained model is at 100 %, a trained one near 25 %, Bisani & Ney 2008), so the page shows early-training
+    differences only; "" otherwise, and for translation runs."""
+    wers = [w for r in runs if (w := r.final("test/wer")) is not None] if task == "g2p" else []
+    if not wers or min(wers) < UNTRAINED_WER:
+        return ""
+    return (
+        f'<p class="note" data-untrained="{min(wers)!r}"><b>Every run is far from trained</b> (test WER ≥ '
+        f"{100 * UNTRAINED_WER:.0f} %, the lowest {100 * min(wers):.2f} %; a trained G2P model is near 25 %): "
+        "differences are early-training differences only.</p>"
+    )
+
+
+def baseline_note(baseline: Variant, task: str, by_default: bool = False) -> str:
+    """The line above the variants table with a baseline: the baseline (``by_default``: say it is the default one),
+    method, noise floor per metric."""
     metrics = quality_metrics(task)
     floors = ", ".join(
         f"{header} {_fmt(None if (sd := noise_floor(baseline, metrics[key])) is None else sd * scale, digits)}"
         for key, (header, scale, digits) in metric_display(task).items()
     )
-    label = html.escape(baseline.label)
+    label, shown = html.escape(baseline.label), html.escape(shown_label(baseline.label))
+    chosen = f"baseline: <b>{shown}</b> (default; --baseline to change). " if by_default else ""
     return (
-        f'<p class="note" data-baseline="{label}">Δ vs <b>{label}</b> (the baseline): each variant minus the baseline, '
+        f'<p class="note" data-baseline="{label}">{chosen}Δ vs <b>{shown}</b> (the baseline): each variant minus the baseline, '
         "paired by seed over the seeds where both runs finished: mean [95% confidence interval] (pairs), the interval "
         "mean ± t(0.975, n − 1) · sd / √n of a paired t test over the n per-seed differences; n.s.: the interval "
         "covers 0; degenerate (zero spread): every pair differs by the same amount, so sd = 0 and there is no interval "
@@ -427,20 +458,50 @@ def growth_html(rows: list[dict[str, object]]) -> str:
     return note + table_html(columns, list(dict.fromkeys(r["variant"] for r in rows)), "data-growth", lambda v: "")
 
 
-def table_html(columns: list[Column], items: list, row_attr: str, row_class: Callable[[object], str]) -> str:
+ZERO_HIDDEN = ("diverged", "did_not_learn", *(f"spike_score_{s}" for s in SERIES))  # columns hidden when all 0
+
+
+def _hidden(key: str, values: list) -> bool:
+    """Whether a column is left out of its table: every value empty, or for a column of ``ZERO_HIDDEN`` every value 0
+    (no run diverged, no spike): nothing to read in it. A Δ column (``:delta``) always stays: its cells say why
+    there is no difference."""
+    if key.endswith(":delta"):
+        return False
+    zero = (None, "", 0) if key in ZERO_HIDDEN else (None, "")
+    return all(v in zero or (isinstance(v, float) and not math.isfinite(v)) for v in values)
+
+
+def _cell_text(text: str) -> str:
+    """A text cell's HTML: a null value spelled ``null`` (:func:`analysis.presets.shown_label`), and a line break
+    allowed after each comma (``norm=pre_ln,seed=0``); labels wrap at spaces and commas, never mid-word."""
+    return html.escape(shown_label(text)).replace(",", ",<wbr>")
+
+
+def table_html(columns: list[Column], items: list, row_attr: str, row_class: Callable[[object], str], hide: bool = False) -> str:
     """An HTML table, one row per item; each row carries ``data-<row_attr>`` (its first column) and each
-    cell ``data-col`` and ``data-value`` (the unformatted value), so tests and scripts can read it back."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in columns)
+    cell ``data-col`` and ``data-value`` (the unformatted value), so tests and scripts can read it back. With ``hide``,
+    columns after the first with nothing to read (:func:`_hidden`) are left out, named in a note above the table."""
+    cells = [[(key, *cell(item)) for key, _, cell in columns] for item in items]
+    kept = (j for j in range(1, len(columns)) if not (hide and _hidden(columns[j][0], [row[j][1] for row in cells])))
+    shown = [0, *kept]
+    head = "".join(f"<th>{html.escape(shown_label(columns[j][1]))}</th>" for j in shown)
     rows = []
-    for item in items:
-        cells = [(key, *cell(item)) for key, _, cell in columns]
+    for item, row in zip(items, cells, strict=True):
         tds = "".join(
             f'<td data-col="{html.escape(key)}" data-value="{html.escape(_raw(value))}"'
-            f"{' class=text' if isinstance(value, str) else ''}>{html.escape(text)}</td>"
-            for key, value, text in cells
+            f"{' class=text' if isinstance(value, str) else ''}>"
+            f"{_cell_text(text) if isinstance(value, str) else html.escape(text)}</td>"
+            for key, value, text in (row[j] for j in shown)
         )
-        rows.append(f'<tr {row_attr}="{html.escape(str(cells[0][1]))}" class="{row_class(item)}">{tds}</tr>')
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        rows.append(f'<tr {row_attr}="{html.escape(str(row[0][1]))}" class="{row_class(item)}">{tds}</tr>')
+    left_out = [columns[j] for j in range(len(columns)) if j not in shown]
+    note = (
+        f'<p class="note" data-hidden="{html.escape(",".join(k for k, _, _ in left_out))}">Columns left out, every value '
+        f"0 or empty: {html.escape(', '.join(h for _, h, _ in left_out))}.</p>\n"
+        if left_out and items
+        else ""
+    )
+    return f"{note}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def _raw(value: object) -> str:
@@ -513,22 +574,31 @@ def probes_html(runs: list[Run]) -> str:
     return "\n".join([note, *parts])
 
 
+def run_state(run: Run) -> str:
+    """The class of a run's row in the runs table: ``diverged``, else its state (``finished``, ``failed``, ...)."""
+    return "diverged" if run.diverged else run.status_state
+
+
 def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Path:
     """Read every run under ``dirs`` and write ``out/index.html``, the PNGs, ``summary.csv`` and the depth CSVs (see the module
-    docstring); with ``baseline`` (a variant label), the variants table compares each variant to it.
+    docstring); the variants table compares each variant to ``baseline`` (a variant's or LR family's label, or a norm
+    preset's name: ``analysis.presets.resolve_baseline``); None: to the variant of the default preset (pre_ln) when
+    exactly one used it; ``"none"``: to none.
 
     Returns:
         the path of index.html.
 
     Raises:
-        ReportError: a path in ``dirs`` is not a directory, no run directory was found, or no variant is ``baseline``.
+        ReportError: a path in ``dirs`` is not a directory, no run directory was found, or ``baseline`` names no
+            variant, family or preset some variant used.
     """
     runs = load_runs(dirs, progress=lambda items: tqdm(items, desc="report: reading runs", unit="run", file=sys.stderr))
     variants = group_variants(runs)
     task = detect_task(runs)
     study = lr_study(runs)  # None without an LR axis
-    family_baseline = study.family(baseline) if study else None  # --baseline FAMILY: compare LR sensitivities
-    compared_to = find_baseline(variants, baseline, [f.label for f in study.families] if study else [])
+    label, by_default = resolve_baseline(baseline, variants, study.families if study else [])
+    family_baseline = study.family(label) if study else None  # --baseline FAMILY: compare LR sensitivities
+    compared_to = find_baseline(variants, label, [f.label for f in study.families] if study else [])
     colors = variant_colors(variants) | variant_colors(study.families if study else [])
     panels = build_panels(variants, task) + stability_panels(variants) + lr_panels(study)
     out.mkdir(parents=True, exist_ok=True)
@@ -536,8 +606,8 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     plots = [figure_html(plotly_figure(p, colors), f"plot-{p.key}", include_plotlyjs=(i == 0)) for i, p in enumerate(panels)]
     ordered = [r for v in variants for r in v.runs]
     tables = [
-        ("Variants", variants_html(variants, task, compared_to)),
-        ("Runs", table_html(run_columns(task), ordered, "data-run", lambda r: "diverged" if r.diverged else r.status_state)),
+        ("Variants", variants_html(variants, task, compared_to, by_default)),
+        ("Runs", table_html(run_columns(task), ordered, "data-run", run_state, hide=True)),
     ]
     if probes := probes_html(ordered):
         tables.append(("Probes", probes))
@@ -561,7 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <first dir>/report)")
     parser.add_argument("--baseline", metavar="VARIANT", default=None,
                         help="a variant label as the variants table shows it (or an LR family's, as the LR-sensitivity "
-                             "table shows it): compare each variant (family's LRS) to it by seed")  # fmt: skip
+                             "table shows it), or the norm preset its runs used (pre_ln, norm=pre_ln): compare each "
+                             "variant (family's LRS) to it by seed; default: the variant of the default preset pre_ln "
+                             "when there is one; none: no comparison")  # fmt: skip
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else args.dirs[0] / "report"
     try:

@@ -39,6 +39,7 @@ from pathlib import Path
 from analysis.csvs import write_csv
 from analysis.lrs import NOT_LEARNED, Family, LRStudy, lrs_versus, not_learned_pairs, study_from_cells
 from analysis.paired import delta_text
+from analysis.presets import shown_label, stored_label
 from analysis.runs import Run
 
 CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit")
@@ -107,7 +108,7 @@ def lrs_columns(baseline: Family | None = None) -> list[tuple[str, str, Callable
         diff = lrs_versus(f, baseline)
         return (None, "") if diff is None else (diff.mean, delta_text(diff, lambda x: f"{x:+.4f}"))
 
-    compared = [("lrs:delta", f"LRS Δ vs {baseline.label}: mean [95% CI] (pairs)", delta)] if baseline else []
+    compared = [("lrs:delta", f"LRS Δ vs {shown_label(baseline.label)}: mean [95% CI] (pairs)", delta)] if baseline else []
     return [
         ("family", "family", lambda f: (f.label, f.label)),
         ("n", "seeds (n)", lambda f: (len(f.values), f"{len(f.values)} of {len(f.seeds)}")),
@@ -175,11 +176,12 @@ def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None) -> 
     :func:`family_rows`, :func:`seed_rows`); returns ``out``.
 
     Raises:
-        ValueError: no family is labelled ``baseline``; the message lists the valid labels.
+        ValueError: no family is labelled ``baseline`` (a null value spelled ``null`` or ``None``); the message lists
+            the valid labels.
     """
     with cells_csv.open(newline="", encoding="utf-8") as f:
         study = study_from_cells(csv.DictReader(f))
-    family = study.family(baseline)
+    family = study.family(None if baseline is None else stored_label(baseline))  # norm.qk=null as the page shows it
     if baseline is not None and family is None:
         raise ValueError(f"unknown --baseline {baseline!r}; valid: {', '.join(repr(f.label) for f in study.families)}")
     write_csv(out.parent / CSVS[2], SEED_FIELDS, seed_rows(study))

@@ -1,7 +1,10 @@
 """A saved W&B workspace for one sweep: its runs, grouped by norm, with loss, PER/WER and per-layer panels.
 
-    python -m scripts.wandb_workspace --entity E --project P --group G [--n-enc-layers 3 --n-dec-layers 3] [--save]
+    python -m scripts.wandb_workspace --entity E --project P --group G --run-dir multirun/<preset>/<date_time> [--save]
 
+The model's depth (one panel per block) is read from the ``model.n_enc_layers`` and ``model.n_dec_layers`` of the
+first run's ``config.yaml`` under ``--run-dir`` (a run dir or the sweep dir); ``--n-enc-layers`` and
+``--n-dec-layers`` override it, and without either the default config's depth is used (``conf/config.yaml``).
 Without ``--save`` it only builds the workspace and prints its outline (no network, no API key).
 ``--save`` uploads it (needs ``WANDB_API_KEY`` or ``wandb login``) and prints its URL.
 
@@ -17,10 +20,14 @@ exist depends on the norm.
 
 import argparse
 import sys
+from pathlib import Path
 
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
+from omegaconf import OmegaConf
 
+from analysis.load import ReportError, find_run_dirs, read_config
+from analysis.presets import CONF, default_choice
 from analysis.variants import NORM_KEYS
 from model.metric_names import (
     ATTENTIONS,
@@ -129,6 +136,29 @@ def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_
     )
 
 
+def layer_counts(run_dir: Path | None) -> tuple[int, int]:
+    """(``model.n_enc_layers``, ``model.n_dec_layers``) of the first run under ``run_dir`` (a run directory or a sweep
+    directory), or of the default config (``conf/config.yaml``'s model) for None.
+
+    Raises:
+        ValueError: no run under ``run_dir``, or its config lacks the two keys.
+    """
+    if run_dir is None:
+        model = OmegaConf.load(CONF / "model" / f"{default_choice('model')}.yaml")
+        return model.n_enc_layers, model.n_dec_layers
+    try:
+        found = find_run_dirs([run_dir])
+    except ReportError as e:
+        raise ValueError(str(e)) from e
+    if not found:
+        raise ValueError(f"no run directory (config.yaml with metrics.jsonl or status.json) under {str(run_dir)!r}")
+    config = read_config(found[0][0] / "config.yaml")
+    keys = ("model.n_enc_layers", "model.n_dec_layers")
+    if any(k not in config for k in keys):
+        raise ValueError(f"{found[0][0] / 'config.yaml'} has no {' and '.join(keys)}; pass --n-enc-layers and --n-dec-layers")
+    return config[keys[0]], config[keys[1]]
+
+
 def outline(workspace: ws.Workspace) -> str:
     """A few lines naming the workspace's sections and panels."""
     lines = [f"{workspace.name}: {workspace.entity}/{workspace.project}"]
@@ -144,12 +174,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entity", required=True, help="W&B entity (user or team)")
     parser.add_argument("--project", required=True, help="W&B project (logger.project)")
     parser.add_argument("--group", required=True, help="the sweep's wandb group (logger.group)")
-    parser.add_argument("--n-enc-layers", type=int, default=3, help="encoder layers (model.n_enc_layers; default 3)")
-    parser.add_argument("--n-dec-layers", type=int, default=3, help="decoder layers (model.n_dec_layers; default 3)")
+    parser.add_argument("--run-dir", type=Path, default=None,
+                        help="a run dir or the sweep dir: the layer counts come from its first run's config.yaml")  # fmt: skip
+    parser.add_argument("--n-enc-layers", type=int, default=None, help="encoder layers (default: from --run-dir)")
+    parser.add_argument("--n-dec-layers", type=int, default=None, help="decoder layers (default: from --run-dir)")
     parser.add_argument("--save", action="store_true", help="upload the workspace (needs a W&B API key)")
     args = parser.parse_args(argv)
     try:
-        workspace = build_workspace(args.entity, args.project, args.group, args.n_enc_layers, args.n_dec_layers)
+        n_enc, n_dec = layer_counts(args.run_dir)
+        n_enc = n_enc if args.n_enc_layers is None else args.n_enc_layers
+        n_dec = n_dec if args.n_dec_layers is None else args.n_dec_layers
+        workspace = build_workspace(args.entity, args.project, args.group, n_enc, n_dec)
     except ValueError as e:
         print(f"wandb_workspace: error: {e}", file=sys.stderr)
         return 1

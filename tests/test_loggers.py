@@ -72,3 +72,22 @@ def test_metrics_jsonl_keeps_an_earlier_attempts_rows_up_to_the_resume_step_and_
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [*kept, next_step]  # one step-0 row either way
     assert [r["val/loss"] for r in rows] == [4.0 - s / 10 for s in kept] + [3.0]
+
+
+def test_wandb_prints_nothing_and_normlabs_summary_is_the_last_output(tmp_path, monkeypatch, capfd) -> None:
+    import train as train_module
+    from tests.conftest import make_cfg
+
+    for name in ("WANDB_API_KEY", *loggers.WANDB_OUTPUT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    train_module.train(make_cfg("logger=wandb", "trainer.max_steps=5"), tmp_path)
+    out, err = capfd.readouterr()
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert [line for line in lines if line.startswith("wandb:") or "wandb online" in line] == []  # no banner, no summary
+    hint = f"wandb is offline (no API key found); upload every attempt of this run later with: wandb sync {tmp_path / 'wandb'}"
+    assert hint in lines  # normlab's own line about offline wandb stays
+    table = out.splitlines()[-5:]  # print_summary's rows, the last thing printed
+    assert [row.split()[0] for row in table] == ["run", "norm", "steps", "test", "test"]
+    assert table[0].split() == ["run", "dir", str(tmp_path)] and table[2].split() == ["steps", "5"]
+    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))  # wandb still wrote its run

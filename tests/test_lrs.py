@@ -458,3 +458,10 @@ def test_the_committed_lrs_csv_is_what_its_lr_sensitivity_csv_gives(tmp_path: Pa
     assert float(deepnorm["lrs_mean"]) == pytest.approx(0.2323, abs=1e-4)
     assert float(deepnorm["best_loss_mean"]) == pytest.approx(2.9614, abs=1e-4)
     assert float(rows[baseline]["best_loss_mean"]) == pytest.approx(0.6976, abs=1e-4)
+
+
+def test_report_lrs_takes_a_family_label_as_the_page_spells_it(tmp_path: Path) -> None:
+    results = Path(__file__).parents[1] / "docs" / "results" / "lr_sensitivity"
+    baseline = "norm.placement=pre norm.kind=layernorm norm.qk=null"  # the page shows null; the CSVs hold None
+    assert report_lrs.main([str(results / "lr_sensitivity.csv"), "--out", str(tmp_path / "lrs.csv"), "--baseline", baseline]) == 0
+    assert (tmp_path / "lrs.csv").read_text() == (results / "lrs.csv").read_text()

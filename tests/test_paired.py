@@ -190,7 +190,7 @@ def test_summary_csv_with_baseline(compared: tuple[str, list[dict]]) -> None:
 
 
 def test_summary_csv_without_baseline(paired_sweep: Path, tmp_path: Path) -> None:
-    report.build_report([paired_sweep], tmp_path)
+    report.build_report([paired_sweep], tmp_path, baseline="none")
     with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == list(SUMMARY_COLUMNS) and len(rows) == 9
@@ -212,12 +212,13 @@ def test_runs_csv_holds_every_run_unformatted(paired_sweep: Path, tmp_path: Path
 
 
 def test_an_unknown_baseline_is_an_error_listing_the_variants(paired_sweep: Path, tmp_path: Path, capsys) -> None:
-    with pytest.raises(ReportError, match=r"unknown --baseline 'norm=pre_ln'; valid: .*'norm.placement=post norm.kind=rmsnorm'"):
-        report.build_report([paired_sweep], tmp_path / "a", baseline="norm=pre_ln")
+    with pytest.raises(ReportError, match=r"unknown --baseline 'norm=pre_lns'; valid: .*'norm.placement=post norm.kind=rmsnorm'"):
+        report.build_report([paired_sweep], tmp_path / "a", baseline="norm=pre_lns")  # a preset no variant used
     assert report.main([str(paired_sweep), "--out", str(tmp_path / "b"), "--baseline", "pre"]) == 1
     err = capsys.readouterr().err.splitlines()[-1]  # after the reading progress bar
     assert err.startswith("report: error: unknown --baseline 'pre'; valid: ") and "Traceback" not in err
     assert all(repr(label) in err for label in VARIANTS)
+    assert err.endswith(", a norm preset some variant used (post_rms, pre_ln, pre_rms), or 'none'")
     assert not (tmp_path / "b").exists()  # stopped before drawing anything
 
 
@@ -249,3 +250,52 @@ def test_one_pair_no_interval_and_small_n_leave_csv_cells_empty(tmp_path: Path) 
 def test_compared_metrics_are_the_test_metrics_and_best_valid_loss() -> None:
     assert list(quality_metrics("g2p")) == ["test/per", "test/wer", "best_val_loss"]
     assert list(quality_metrics("translation")) == ["test/bleu", "test/chrf", "best_val_loss"]
+
+
+def delta_cells(page: str) -> dict[str, str]:
+    """variant -> its PER Δ cell's text."""
+    rows, _ = table(page, "data-variant")
+    return {label: row["test/per:delta"][1] for label, row in rows.items() if "test/per:delta" in row}
+
+
+def test_without_baseline_the_default_presets_variant_is_the_baseline(paired_sweep: Path, tmp_path: Path) -> None:
+    page = report.build_report([paired_sweep], tmp_path).read_text(encoding="utf-8")  # BASE used pre_ln, the default
+    assert f"baseline: <b>{BASE}</b> (default; --baseline to change)." in page
+    assert delta_cells(page) == {BASE: "", POST: "+0.57 [+0.05, +1.08] (3)", RMS: "-0.50 [-19.56, +18.56] (2) n.s."}
+    with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as f:
+        assert {r["baseline"] for r in csv.DictReader(f)} == {BASE}
+    off = report.build_report([paired_sweep], tmp_path / "off", baseline="none").read_text(encoding="utf-8")
+    assert delta_cells(off) == {} and "--baseline pre_ln" in off  # none: no Δ columns; the page says how to get them
+
+
+@pytest.mark.parametrize(("given", "expected"), [("pre_ln", BASE), ("norm=pre_ln", BASE), ("pre_rms", RMS), ("post_rms", POST)])
+def test_baseline_by_the_norm_preset_its_runs_used(paired_sweep: Path, tmp_path: Path, given: str, expected: str) -> None:
+    page = report.build_report([paired_sweep], tmp_path, baseline=given).read_text(encoding="utf-8")
+    assert f'<p class="note" data-baseline="{expected}">Δ vs' in page  # not "(default ...)": it was asked for
+    assert delta_cells(page)[expected] == ""
+
+
+def test_no_default_baseline_when_no_single_variant_used_the_default_preset(tmp_path: Path) -> None:
+    for lr in (1e-3, 1e-2):  # two pre-LN variants: which one would be the baseline is the user's choice
+        for seed in (0, 1):
+            cfg = config("pre", "layernorm", seed, lr=lr)
+            write_run(tmp_path / f"lr={lr},seed={seed}", cfg, metric_rows(1.0, seed, 0.1), finished(0.1))
+    page = report.build_report([tmp_path], tmp_path / "report").read_text(encoding="utf-8")
+    assert '<p class="note" data-baseline="">Is a difference real? <code>--baseline VARIANT</code>' in page
+    assert delta_cells(page) == {}
+    with pytest.raises(ReportError, match=r"^--baseline 'pre_ln': norm preset pre_ln was used by 2 variants, 'optim.lr=0.001', "
+                                          r"'optim.lr=0.01'; pass one of these labels$"):  # fmt: skip
+        report.build_report([tmp_path], tmp_path / "r2", baseline="pre_ln")
+
+
+def test_a_null_label_is_shown_as_null_and_accepted_in_both_spellings(tmp_path: Path) -> None:
+    for qk in (None, "layernorm"):
+        for seed in (0, 1):
+            cfg = config("pre", "layernorm", seed, **{"norm.qk": qk})
+            per = 0.1 + 0.01 * seed
+            write_run(tmp_path / f"qk={qk},seed={seed}", cfg, metric_rows(1.0, seed, per), finished(per))
+    for given in ("norm.qk=None", "norm.qk=null"):
+        page = report.build_report([tmp_path], tmp_path / given, baseline=given).read_text(encoding="utf-8")
+        assert '<p class="note" data-baseline="norm.qk=None">Δ vs <b>norm.qk=null</b>' in page
+        assert "<th>PER (%) Δ vs norm.qk=null: mean [95% CI] (pairs)</th>" in page and ">norm.qk=None<" not in page
+        assert delta_cells(page) == {"norm.qk=None": "", "norm.qk=layernorm": "+0.00 (2) degenerate (zero spread)"}

@@ -1,5 +1,6 @@
 """scripts/predict.py (run as ``python -m scripts.predict``) on a G2P checkpoint, the decode keys' checks and the IWSLT preset."""
 
+import json
 import subprocess
 import sys
 
@@ -29,6 +30,23 @@ def test_predict_spells_words_with_a_g2p_checkpoint(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "scripts.predict", str(tmp_path / "nope.pt")],
                           capture_output=True, text=True, timeout=120, cwd=ROOT, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     assert proc.returncode == 1 and proc.stderr.startswith("predict: error: no checkpoint file at")
+
+
+def test_predict_takes_a_run_dir_and_says_what_it_read(tmp_path):
+    train_module.train(make_cfg("trainer.max_steps=10", "telemetry.every=0"), tmp_path)  # model.max_len 64
+    (tmp_path / "words.txt").write_text(f"abc123\nHello\nnew york\n{'a' * 60}xyzw\n")
+    words = str(tmp_path / "words.txt")
+    proc = subprocess.run([sys.executable, "-m", "scripts.predict", str(tmp_path), words, "--beam-size=1"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 4  # one prediction per word, on stdout alone
+    test = json.loads((tmp_path / "status.json").read_text())["test"]
+    assert proc.stderr.splitlines() == [
+        f"predict: {tmp_path / 'checkpoint.pt'} at step 10 of 10; test PER {test['test/per']:.2%}, WER {test['test/wer']:.2%}",
+        "predict: line 1 'abc123': not in the vocabulary, read as <unk>: '1' '2' '3'",  # digits: no CMUdict letters
+        "predict: line 3 'new york': not in the vocabulary, read as <unk>: ' '",
+        "predict: line 4: longer than 63 tokens (model.max_len - 1); dropped: 'w'",
+    ]
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -482,3 +482,45 @@ def test_lone_points_and_divergence_marks_are_drawn_in_chromium(hard: tuple[Path
     # SVG markers plotly drew: loss, the 2 divergence x's; each validation chart, S's 2 runs + mean, seed 2's lone point + x
     drawn = {k: charts[k].count('<path class="point"') for k in ("loss", "val_loss", "val_per")}
     assert drawn == {"loss": 2, "val_loss": 5, "val_per": 5}
+
+
+def test_labels_wrap_at_spaces_and_commas_never_mid_word(built: tuple[Path, str]) -> None:
+    page = built[1]
+    css = page[page.index("<style>") : page.index("</style>")]
+    assert "td.text { text-align: left; max-width: 32em; overflow-wrap: normal; word-break: normal; }" in css
+    assert "anywhere" not in css and "break-all" not in css  # neither breaks a label inside a word
+    assert '<td data-col="run" data-value="norm=pre_ln,seed=0" class=text>norm=pre_ln,<wbr>seed=0</td>' in page
+    assert f'<td data-col="variant" data-value="{VARIANT_A}" class=text>{VARIANT_A}</td>' in page  # breaks at its spaces
+
+
+def quiet_sweep(root: Path, wers: list[float]) -> Path:
+    """A variant per test WER, one finished run each, with no spike and nothing diverged."""
+    for i, wer in enumerate(wers):
+        status = {**finished(wer / 2), "spike_score_loss": 0.0, "spike_score_grad_norm": 0.0}
+        cfg = config("pre", "layernorm", 0, lr=0.001 * (i + 1))
+        write_run(root / f"lr={i},seed=0", cfg, metric_rows(1.0, 0, wer / 2), status)
+    return root
+
+
+def test_columns_with_nothing_to_read_are_hidden_and_named(tmp_path: Path) -> None:
+    page = report.build_report([quiet_sweep(tmp_path, [0.3, 0.4])], tmp_path / "report").read_text(encoding="utf-8")
+    variants, _ = table(page, "data-variant")
+    runs, _ = table(page, "data-run")
+    hidden = ("diverged", "spike_score_loss", "spike_score_grad_norm")
+    assert all(key not in row for key in hidden for row in [*variants.values(), *runs.values()])
+    assert all("notes" not in row for row in runs.values())  # every run read cleanly: no note to show
+    assert ('<p class="note" data-hidden="diverged,spike_score_loss,spike_score_grad_norm">Columns left out, every value '
+            "0 or empty: diverged, loss spike score (%): mean ± stderr (n), grad norm spike score (%): mean ± stderr (n).</p>"
+            ) in page  # fmt: skip
+    assert "every value 0 or empty: diverged, loss spike score (%), grad norm spike score (%), notes.</p>" in page  # runs
+    assert [row["test/wer"][1] for row in runs.values()] == ["30.00", "40.00"]  # the rest is shown
+
+
+def test_a_sweep_far_from_trained_says_so(tmp_path: Path) -> None:
+    page = report.build_report([quiet_sweep(tmp_path / "a", [0.99, 0.9])], tmp_path / "ra").read_text(encoding="utf-8")
+    assert (
+        "<b>Every run is far from trained</b> (test WER ≥ 90 %, the lowest 90.00 %; a trained G2P model is near 25 %): "
+        "differences are early-training differences only.</p>"
+    ) in page
+    page = report.build_report([quiet_sweep(tmp_path / "b", [0.99, 0.89])], tmp_path / "rb").read_text(encoding="utf-8")
+    assert "far from trained" not in page  # one run spells more than 1 word in 10 right

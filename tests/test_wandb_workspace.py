@@ -69,3 +69,24 @@ def test_main_without_save_prints_outline(capsys: pytest.CaptureFixture) -> None
     assert main(["--entity", "e", "--project", "p", "--group", "g", "--n-enc-layers", "1", "--n-dec-layers", "1"]) == 0
     out = capsys.readouterr().out
     assert "normlab sweep g: e/p" in out and "Residual RMS per block (2): enc.0 out RMS, dec.0 out RMS" in out
+
+
+def rms_panels(out: str) -> str:
+    return next(line for line in out.splitlines() if line.strip().startswith("Residual RMS per block"))
+
+
+def test_layer_counts_come_from_a_runs_config(tmp_path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "sweep" / "norm=pre_ln,seed=0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("model:\n  n_enc_layers: 2\n  n_dec_layers: 4\n")
+    (run / "status.json").write_text("{}")
+    assert main(["--entity", "e", "--project", "p", "--group", "g", "--run-dir", str(tmp_path / "sweep")]) == 0
+    assert rms_panels(capsys.readouterr().out) == (
+        "  Residual RMS per block (6): enc.0 out RMS, enc.1 out RMS, dec.0 out RMS, dec.1 out RMS, dec.2 out RMS, dec.3 out RMS"
+    )
+    assert main(["--entity", "e", "--project", "p", "--group", "g", "--run-dir", str(run), "--n-dec-layers", "1"]) == 0
+    assert rms_panels(capsys.readouterr().out).startswith("  Residual RMS per block (3): ")  # the flag overrides the config
+    assert main(["--entity", "e", "--project", "p", "--group", "g"]) == 0  # no run: the default config's model (small: 3+3)
+    assert rms_panels(capsys.readouterr().out).startswith("  Residual RMS per block (6): enc.0 out RMS, enc.1 out RMS, enc.2")
+    assert main(["--entity", "e", "--project", "p", "--group", "g", "--run-dir", str(tmp_path / "none")]) == 1
+    assert capsys.readouterr().err == f"wandb_workspace: error: no such directory: {str(tmp_path / 'none')!r}\n"

@@ -4,6 +4,10 @@ wandb when ``logger=wandb``.
 wandb runs offline when no API key is configured (``WANDB_API_KEY`` or a ``~/.netrc`` entry for
 the wandb host) and ``WANDB_MODE`` is unset; one line then says how to upload with ``wandb sync``.
 
+wandb itself prints nothing (``wandb.Settings(silent=True)``: no banner, no end-of-run history and
+summary), so normlab's own summary table is the last thing a job prints; its errors still raise.
+``WANDB_SILENT=false`` (or ``WANDB_QUIET``) in the environment hands the choice back to wandb.
+
 One run dir is one wandb run, across resumes: the first attempt keeps its wandb run id in
 ``status.json`` (``wandb_id``) and every later attempt in that dir resumes that id (see
 docs/scale.md, "wandb across resumes").
@@ -25,6 +29,8 @@ from training.status import read_status, write_status
 # every telemetry family of metric_names (optim/ is shared by both). wandb takes a glob only as a prefix: "p/*"
 # matches every name starting with "p/" (wandb-core internal/runmetric, matchGlobMetric).
 STEP_METRIC_PREFIXES = tuple(dict.fromkeys(("train", "val", "test", "optim", "perf", "mem", *FAMILIES)))
+# Environment variables by which the user sets wandb's own output; with neither set, wandb runs silent.
+WANDB_OUTPUT_ENV = ("WANDB_SILENT", "WANDB_QUIET")
 
 
 def wandb_mode() -> str:
@@ -125,6 +131,8 @@ def start_wandb(run_dir: Path, init_kwargs: dict[str, Any], resume_step: int, la
     mode = wandb_mode()
     run_id = read_status(run_dir).get("wandb_id")
     kwargs = {"dir": str(run_dir), "mode": mode, "job_type": "train", "reinit": "finish_previous", **init_kwargs}
+    if not any(k in os.environ for k in WANDB_OUTPUT_ENV):  # else wandb reads them itself
+        kwargs["settings"] = wandb.Settings(silent=True)
     replayed = f"steps {resume_step + 1}..{last_logged}"
     run = None
     if run_id and last_logged > resume_step and mode == "online":

@@ -1,0 +1,117 @@
+"""The report's baseline: a variant (or LR family) named by its label, in either spelling of a null value
+(``norm.qk=None`` as runs' labels hold it, ``norm.qk=null`` as the page shows it), or by the norm preset its
+runs used (``pre_ln`` or ``norm=pre_ln``, a file of ``conf/norm/``); and, when none is named, the default one:
+the variant that used the default norm preset (``conf/config.yaml``'s ``norm``, pre-LN).
+
+A group of runs (a variant or a family) used a preset when every one of its runs' configs holds the preset's
+resolved norm keys (``norm.kind``, ``norm.placement``, ``norm.qk``, ...: what Hydra composes from the preset) at
+the preset's values. A run's config that lacks a key (written before the key existed) counts as holding its
+value in ``conf/norm/_base.yaml``, what every preset starts from: a run from before ``norm.qk`` had no QK-norm.
+"""
+
+import re
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from analysis.load import ReportError, flatten
+from analysis.runs import Run
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+NO_BASELINE = "none"  # --baseline none: no Δ columns, not even the default baseline's
+_NULL_SHOWN, _NULL_STORED = re.compile(r"=null(?=\s|$)"), re.compile(r"=None(?=\s|$)")
+
+
+class Group(Protocol):
+    """A variant or an LR family: a label and its runs."""
+
+    label: str
+    runs: list[Run]
+
+
+def shown_label(label: str) -> str:
+    """``label`` as the page shows it: a null value as ``null`` (YAML's and Hydra's spelling), not Python's ``None``."""
+    return _NULL_STORED.sub("=null", label)
+
+
+def stored_label(label: str) -> str:
+    """``label`` as runs' labels hold it: ``key=null`` back to ``key=None`` (the inverse of :func:`shown_label`)."""
+    return _NULL_SHOWN.sub("=None", label)
+
+
+def preset_names() -> list[str]:
+    """The norm presets, the names of ``conf/norm/*.yaml`` (``_base`` left out: it is no preset), sorted."""
+    return sorted(p.stem for p in (CONF / "norm").glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def default_choice(group: str) -> str:
+    """The option of config group ``group`` (``norm``, ``model``) a run uses unless told: ``conf/config.yaml``'s defaults."""
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml").defaults)
+    return next(entry[group] for entry in defaults if isinstance(entry, dict) and group in entry)
+
+
+def default_preset() -> str:
+    """The norm preset a run without ``norm=`` uses (pre_ln)."""
+    return default_choice("norm")
+
+
+@cache
+def preset_keys(name: str) -> dict[str, Any]:
+    """The flattened norm keys (``norm.kind`` -> ``layernorm``, ...) Hydra composes for ``norm=<name>``."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"norm={name}"])
+    return flatten({"norm": OmegaConf.to_container(cfg.norm, resolve=True)})
+
+
+@cache
+def _base_keys() -> dict[str, Any]:
+    """``conf/norm/_base.yaml``'s keys, flattened under ``norm.``: the values of keys older runs lack."""
+    return flatten({"norm": OmegaConf.to_container(OmegaConf.load(CONF / "norm" / "_base.yaml"), resolve=True)})
+
+
+def used_preset(group: Group, name: str) -> bool:
+    """Whether every run of ``group`` used norm preset ``name`` (its config holds the preset's norm keys)."""
+    keys, base = preset_keys(name), _base_keys()
+    return bool(group.runs) and all(run.config.get(k, base.get(k)) == v for run in group.runs for k, v in keys.items())
+
+
+def _named(groups: Sequence[Group], label: str) -> Group | None:
+    return next((g for g in groups if stored_label(g.label) == stored_label(label)), None)
+
+
+def resolve_baseline(given: str | None, variants: Sequence[Group], families: Sequence[Group] = ()) -> tuple[str | None, bool]:
+    """(the label of the baseline, whether it is the default one) for ``--baseline given``.
+
+    ``given`` is a variant's or a family's label (``null`` or ``None`` alike), a norm preset's name (``pre_ln``,
+    ``norm=pre_ln``: the one variant whose runs used it, else the one family), ``none`` (no baseline), or None:
+    the variant that used the default preset when exactly one did, else no baseline.
+
+    Raises:
+        ReportError: ``given`` is none of these (the message lists the labels and the presets some variant or
+            family used), or a preset several variants used (the message lists them).
+    """
+    if given is None:
+        users = [v for v in variants if used_preset(v, default_preset())]
+        return (users[0].label, True) if len(users) == 1 else (None, False)
+    if given == NO_BASELINE:
+        return None, False
+    if (group := _named(variants, given) or _named(families, given)) is not None:
+        return group.label, False
+    name = given.removeprefix("norm=")
+    if name in preset_names():
+        for groups in (variants, families):
+            users = [g for g in groups if used_preset(g, name)]
+            if len(users) > 1:
+                labels = ", ".join(repr(shown_label(g.label)) for g in users)
+                raise ReportError(f"--baseline {given!r}: norm preset {name} was used by {len(users)} variants, {labels}; "
+                                  "pass one of these labels")  # fmt: skip
+            if users:
+                return users[0].label, False
+    labels = ", ".join(repr(shown_label(g.label)) for g in [*variants, *families])
+    used = [p for p in preset_names() if any(used_preset(g, p) for g in [*variants, *families])]
+    raise ReportError(f"unknown --baseline {given!r}; valid: {labels}, a norm preset some variant used "
+                      f"({', '.join(used) or 'none here'}), or {NO_BASELINE!r}")  # fmt: skip
