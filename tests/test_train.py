@@ -22,7 +22,7 @@ from training.evaluate import evaluate_loss
 from training.run import model_config
 from training.tasks import build_task
 
-PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml") if p.stem != "_base")
+PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
 # Each preset as written, plus the native impl of the presets whose kind has one.
 PRESET_RUNS = [(p, None) for p in PRESETS] + [(p, "native") for p in ("post_ln", "pre_ln", "pre_rms", "post_rms")]
 
