@@ -13,12 +13,18 @@ Variants are timed in alternating rounds (A B C A B C ...) so that drift of a sh
 all of them alike; each figure is the median over rounds. Ratios > 1 are slower than the baseline.
 """
 
+import sys
+from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py), which cannot import the project's packages
+    sys.exit(f"normlab: run it as a module from the repository root: cd {Path(__file__).resolve().parents[1]} && "
+             f"python -m scripts.{Path(__file__).stem} {' '.join(sys.argv[1:])}".rstrip())  # fmt: skip
+
 import argparse
 import statistics
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir

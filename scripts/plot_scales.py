@@ -8,18 +8,24 @@ Writes into --out (default RUN_DIR):
 - ``scale_vs_depth.png``: the statistic vs block index at a few steps, one panel per site.
 """
 
+import sys
+from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py), which cannot import the project's packages
+    sys.exit(f"normlab: run it as a module from the repository root: cd {Path(__file__).resolve().parents[1]} && "
+             f"python -m scripts.{Path(__file__).stem} {' '.join(sys.argv[1:])}".rstrip())  # fmt: skip
+
 import argparse
 import json
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import MaxNLocator
 
-from model.metric_names import STATS, depth_profile  # noqa: E402
+from model.metric_names import STATS, depth_profile
 
 
 def read_profiles(run_dir: Path, stat: str) -> dict[int, dict[str, list[tuple[int, float]]]]:

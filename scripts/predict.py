@@ -8,9 +8,14 @@ config. Decoding is the one the runs use (``training.evaluate.decode_all``: batc
 with the incremental decoder cache; ``--beam-size 1`` is greedy).
 """
 
-import argparse
 import sys
 from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py), which cannot import the project's packages
+    sys.exit(f"normlab: run it as a module from the repository root: cd {Path(__file__).resolve().parents[1]} && "
+             f"python -m scripts.{Path(__file__).stem} {' '.join(sys.argv[1:])}".rstrip())  # fmt: skip
+
+import argparse
 
 import torch
 from tokenizers import Tokenizer

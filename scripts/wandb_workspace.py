@@ -15,8 +15,14 @@ block's attention max logits (``attn/{enc|dec}.{i}.{a}/max_logit``), each block'
 exist depends on the norm.
 """
 
-import argparse
 import sys
+from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py), which cannot import the project's packages
+    sys.exit(f"normlab: run it as a module from the repository root: cd {Path(__file__).resolve().parents[1]} && "
+             f"python -m scripts.{Path(__file__).stem} {' '.join(sys.argv[1:])}".rstrip())  # fmt: skip
+
+import argparse
 
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws

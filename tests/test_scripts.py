@@ -33,6 +33,16 @@ def test_every_script_runs_as_a_module_and_answers_help():
     assert proc.stdout.count("usage: ") == len(SCRIPTS)
 
 
+def test_a_script_run_as_a_file_answers_with_the_command_that_runs_it(tmp_path):
+    # issue 20 item 7: ``python scripts/report.py DIR`` ended in a ModuleNotFoundError traceback.
+    for script, args in (("report", [str(tmp_path), "--out", "o"]), ("plot_scales", [])):
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{script}.py"), *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr == (f"normlab: run it as a module from the repository root: cd {ROOT} && "
+                               f"python -m scripts.{script} {' '.join(args)}".rstrip() + "\n")  # fmt: skip
+
+
 def test_no_script_or_analysis_module_edits_sys_path():
     for path in [*sorted((ROOT / "scripts").glob("*.py")), *sorted((ROOT / "analysis").glob("*.py"))]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
