@@ -68,7 +68,8 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
         # alone; otherwise the dir says what happened (config.yaml too, so reports list the run).
         if is_main and read_status(run_dir).get("state") not in DONE:
             state = {NonFiniteLossError: "diverged", RunInterrupted: "interrupted", KeyboardInterrupt: "interrupted"}
-            write_status(run_dir, state=state.get(type(e), "failed"), error=f"{type(e).__name__}: {e}")
+            diverged = {"diverged_step": e.step} if isinstance(e, NonFiniteLossError) else {}
+            write_status(run_dir, state=state.get(type(e), "failed"), error=f"{type(e).__name__}: {e}", **diverged)
             (run_dir / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
             if not (run_dir / "config.yaml").exists():
                 OmegaConf.save(cfg, run_dir / "config.yaml")
