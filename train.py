@@ -28,13 +28,13 @@ from model import ModelConfig
 from training import distributed
 from training.checkpoint import LATEST
 from training.flops import train_flops
-from training.interrupt import RunInterrupted, StopRequest
+from training.interrupt import RunInterrupted, StopRequest, read_stop, request_stop
 from training.renames import renamed_override
 from training.run import final_test, log_init_loss, save_run, start_run, validate_run
 from training.schema import validate
 from training.status import DONE, read_status, write_status
 from training.step import train_step
-from training.sweep import in_multirun, parallel_jobs
+from training.sweep import in_multirun, parallel_jobs, sweep_stop_file
 from training.window import LogWindow, NonFiniteLossError
 
 
@@ -68,7 +68,8 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
         # alone; otherwise the dir says what happened (config.yaml too, so reports list the run).
         if is_main and read_status(run_dir).get("state") not in DONE:
             state = {NonFiniteLossError: "diverged", RunInterrupted: "interrupted", KeyboardInterrupt: "interrupted"}
-            write_status(run_dir, state=state.get(type(e), "failed"), error=f"{type(e).__name__}: {e}")
+            diverged = {"diverged_step": e.step} if isinstance(e, NonFiniteLossError) else {}
+            write_status(run_dir, state=state.get(type(e), "failed"), error=f"{type(e).__name__}: {e}", **diverged)
             (run_dir / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
             if not (run_dir / "config.yaml").exists():
                 OmegaConf.save(cfg, run_dir / "config.yaml")
@@ -86,7 +87,8 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     try:
         if run.step == 0 and is_main:
             log_init_loss(run)
-        with StopRequest() as stop, tqdm(total=tc.max_steps, initial=run.step, desc="train", disable=not is_main) as bar:
+        bar = tqdm(total=tc.max_steps, initial=run.step, desc="train", disable=not is_main)
+        with StopRequest(sweep_stop_file()) as stop, bar:
             while run.step < tc.max_steps:
                 batches = next(stream)
                 run.step, run.data_position = run.step + 1, (batches.epoch, batches.next_batch)
@@ -150,13 +152,21 @@ def main(cfg: DictConfig) -> None:
     # Bad input and a diverged run are expected outcomes, not bugs: one line, no traceback. In a
     # sweep no failure stops the other jobs: the job's status.json and error.log record it, and
     # the sweep summary (training/sweep.py) lists it at the end.
+    # A stopped sweep (training/sweep.py) starts no further job, and its stopped jobs return to it.
+    stop = sweep_stop_file()
+    if signum := read_stop(stop):
+        print(f"normlab: sweep stopped by {signal.Signals(signum).name}; {HydraConfig.get().runtime.output_dir} not started",
+              file=sys.stderr)  # fmt: skip
+        return
     if (jobs := parallel_jobs()) > 1:  # side-by-side jobs each take their share of the cores
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
     try:
         train(cfg)
     except RunInterrupted as e:
         print(f"normlab: {e}", file=sys.stderr)
-        sys.exit(128 + e.signum)
+        if stop is None:
+            sys.exit(128 + e.signum)
+        request_stop(stop, e.signum)
     except (ValueError, FileNotFoundError, NonFiniteLossError) as e:
         print(f"normlab: error: {e}", file=sys.stderr)
         if not in_multirun():

@@ -6,7 +6,7 @@ the variant that used the default norm preset (``conf/config.yaml``'s ``norm``, 
 A group of runs (a variant or a family) used a preset when every one of its runs' configs holds the preset's
 resolved norm keys (``norm.kind``, ``norm.placement``, ``norm.qk``, ...: what Hydra composes from the preset) at
 the preset's values. A run's config that lacks a key (written before the key existed) counts as holding its
-value in ``conf/norm/_base.yaml``, what every preset starts from: a run from before ``norm.qk`` had no QK-norm.
+value in ``conf/norm_base.yaml``, what every preset starts from: a run from before ``norm.qk`` had no QK-norm.
 """
 
 import re
@@ -44,8 +44,8 @@ def stored_label(label: str) -> str:
 
 
 def preset_names() -> list[str]:
-    """The norm presets, the names of ``conf/norm/*.yaml`` (``_base`` left out: it is no preset), sorted."""
-    return sorted(p.stem for p in (CONF / "norm").glob("*.yaml") if not p.stem.startswith("_"))
+    """The norm presets, the names of ``conf/norm/*.yaml``, sorted."""
+    return sorted(p.stem for p in (CONF / "norm").glob("*.yaml"))
 
 
 def default_choice(group: str) -> str:
@@ -69,8 +69,8 @@ def preset_keys(name: str) -> dict[str, Any]:
 
 @cache
 def _base_keys() -> dict[str, Any]:
-    """``conf/norm/_base.yaml``'s keys, flattened under ``norm.``: the values of keys older runs lack."""
-    return flatten({"norm": OmegaConf.to_container(OmegaConf.load(CONF / "norm" / "_base.yaml"), resolve=True)})
+    """``conf/norm_base.yaml``'s keys, flattened under ``norm.``: the values of keys older runs lack."""
+    return flatten({"norm": OmegaConf.to_container(OmegaConf.load(CONF / "norm_base.yaml"), resolve=True)})
 
 
 def used_preset(group: Group, name: str) -> bool:

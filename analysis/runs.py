@@ -6,7 +6,6 @@ when present, else from ``metrics.jsonl`` (runs written before status.json exist
 """
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -15,8 +14,6 @@ import numpy as np
 
 from training.status import STATES
 
-# status.json "error" of a diverged run, as train.py's NonFiniteLossError words it: "non-finite training loss at step 31; ..."
-_DIVERGED_AT = re.compile(r"non-finite [\w ]*loss at step (\d+)")
 TASKS = {  # task -> (validation metric, test metrics, scale to display: fractions are shown in %)
     "g2p": ("val/per", ("test/per", "test/wer"), 100.0),
     "translation": ("val/bleu", ("test/bleu", "test/chrf"), 1.0),
@@ -79,12 +76,12 @@ class Run:
 
     @property
     def diverged_at(self) -> int | None:
-        """The step whose loss went non-finite: from status.json's error message, else the first step with a
-        null train or valid loss; None for a run that did not diverge (or whose step is unknown)."""
+        """The step whose loss went non-finite: status.json's ``diverged_step``, else (runs written before it)
+        the first step with a null train or valid loss; None for a run that did not diverge (or whose step is unknown)."""
         if not self.diverged:
             return None
-        if m := _DIVERGED_AT.search(str((self.status or {}).get("error") or "")):
-            return int(m.group(1))
+        if (step := (self.status or {}).get("diverged_step")) is not None:
+            return step
         bad = [s for key in ("train/loss", "val/loss") for s, v in self.series.get(key, []) if v is None]
         return min(bad, default=None)
 

@@ -13,12 +13,16 @@ Variants are timed in alternating rounds (A B C A B C ...) so that drift of a sh
 all of them alike; each figure is the median over rounds. Ratios > 1 are slower than the baseline.
 """
 
+from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
 import argparse
 import statistics
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -33,7 +37,7 @@ from training.optim import build_optimizer, build_scheduler
 from training.step import StepOptions, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
-NORM_PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml") if not p.stem.startswith("_"))  # not _base
+NORM_PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
 
 # (kind, impl, bias) rows of the norm table; the first is the baseline.
 NORM_VARIANTS = [
@@ -118,7 +122,7 @@ def bench_step(rounds: int) -> None:
 
 def norm_preset(name: str) -> dict:
     """The ``norm`` keys of preset ``name`` as Hydra composes them (a preset file states only what
-    differs from conf/norm/_base.yaml)."""
+    differs from conf/norm_base.yaml)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm)
 

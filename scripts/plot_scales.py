@@ -10,20 +10,24 @@ Writes into --out (default RUN_DIR):
   all; a panel's y axis is logarithmic only where its values span a factor of 10 or more.
 """
 
+from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
 import argparse
 import json
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.axis import Axis  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axis import Axis
+from matplotlib.ticker import MaxNLocator
 
-from analysis.load import read_config  # noqa: E402
-from model.metric_names import STATS, depth_profile, n_enc_layers_seen, parse  # noqa: E402
+from analysis.load import read_config
+from model.metric_names import STATS, depth_profile, n_enc_layers_seen, parse
 
 LOG_SPAN = 10.0  # a depth panel's y axis is logarithmic when its largest value is at least this many times its smallest
 

@@ -12,11 +12,15 @@ the characters the model cannot read (not in its vocabulary: read as ``<unk>``, 
 ``--beam-size 1`` is greedy).
 """
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
+import argparse
+import json
 
 import torch
 from tokenizers import Tokenizer

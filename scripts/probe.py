@@ -17,27 +17,31 @@ placement and depth; the run's own placement is always among them. ``python -m s
 shows the PNGs of every run that has them. Definitions and sources: docs/telemetry.md, "Probes".
 """
 
+import sys
+from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
 import argparse
 import json
 import math
-import sys
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+import matplotlib.pyplot as plt
+import torch
+from omegaconf import OmegaConf
 
-from analysis.probes import first_batch, init_output_change, layer_drop, stream_distances  # noqa: E402
-from data.batching import Seq2SeqData  # noqa: E402
-from model.config import NormConfig  # noqa: E402
-from model.placements import PLACEMENTS, STACKS  # noqa: E402
-from scripts.predict import model_from  # noqa: E402
-from training.checkpoint import load_checkpoint  # noqa: E402
-from training.evaluate import even_stride  # noqa: E402
-from training.tasks import build_task  # noqa: E402
+from analysis.probes import first_batch, init_output_change, layer_drop, stream_distances
+from data.batching import Seq2SeqData
+from model.config import NormConfig
+from model.placements import PLACEMENTS, STACKS
+from scripts.predict import model_from
+from training.checkpoint import load_checkpoint
+from training.evaluate import even_stride
+from training.tasks import build_task
 
 DEFAULT_PLACEMENTS = ("post", "pre", "admin", "deepnorm")  # Admin's comparison, and DeepNet's
 CHANGE_EXAMPLES = 64  # pairs in the output-change batch: the first of the probed ones

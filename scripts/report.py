@@ -45,31 +45,35 @@ crashed or half-written runs are listed and marked, never fatal; an unknown ``--
 charts' data live in the ``analysis`` package; this script draws them.
 """
 
+import sys
+from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
 import argparse
 import base64
 import html
 import math
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import plotly.graph_objects as go  # noqa: E402
-import plotly.io as pio  # noqa: E402
-from matplotlib.colors import to_hex  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+from matplotlib.colors import to_hex
+from matplotlib.ticker import MaxNLocator
+from tqdm import tqdm
 
-from analysis.csvs import write_csv  # noqa: E402
-from analysis.depth import STEP_KINDS, write_depth_csvs  # noqa: E402
-from analysis.load import ReportError, load_runs  # noqa: E402
-from analysis.lr_panels import lr_panels  # noqa: E402
-from analysis.lrs import lr_study  # noqa: E402
-from analysis.paired import (  # noqa: E402
+from analysis.csvs import write_csv
+from analysis.depth import STEP_KINDS, write_depth_csvs
+from analysis.load import ReportError, load_runs
+from analysis.lr_panels import lr_panels
+from analysis.lrs import lr_study
+from analysis.paired import (
     BASELINE_COLUMNS,
     SUMMARY_COLUMNS,
     Getter,
@@ -81,15 +85,15 @@ from analysis.paired import (  # noqa: E402
     summary_rows,
     versus,
 )
-from analysis.panels import Line, Panel, build_panels  # noqa: E402
-from analysis.presets import resolve_baseline, shown_label  # noqa: E402
-from analysis.runs import TASKS, Run, detect_task  # noqa: E402
-from analysis.stability import stability_panels  # noqa: E402
-from analysis.stats import mean_stderr  # noqa: E402
-from analysis.variants import Variant, group_variants  # noqa: E402
-from model.metric_names import STACKS  # noqa: E402
-from scripts.report_lrs import lrs_columns, lrs_note, write_csvs  # noqa: E402
-from training.spikes import SERIES  # noqa: E402
+from analysis.panels import Line, Panel, build_panels
+from analysis.presets import resolve_baseline, shown_label
+from analysis.runs import TASKS, Run, detect_task
+from analysis.stability import stability_panels
+from analysis.stats import mean_stderr
+from analysis.variants import Variant, group_variants
+from model.metric_names import STACKS
+from scripts.report_lrs import lrs_columns, lrs_note, write_csvs
+from training.spikes import SERIES
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MPL_DASH = {"solid": "-", "dash": "--", "dot": ":"}

@@ -29,12 +29,16 @@ CSVs, written with the ``csv`` module into the report's folder (empty field: no 
   ``init_loss`` (l0), ``learned`` (``False``: did not learn at any LR of the grid; empty for an incomplete grid).
 """
 
+import sys
+from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
 import argparse
 import csv
 import html
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from analysis.csvs import write_csv
 from analysis.lrs import NOT_LEARNED, Family, LRStudy, lrs_versus, not_learned_pairs, study_from_cells

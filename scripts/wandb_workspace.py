@@ -18,9 +18,13 @@ block's attention max logits (``attn/{enc|dec}.{i}.{a}/max_logit``), each block'
 exist depends on the norm.
 """
 
-import argparse
 import sys
 from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
+import argparse
 
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws

@@ -1,10 +1,13 @@
-"""Shared fixtures: Hydra configs composed from conf/ with test-sized overrides."""
+"""Shared fixtures: Hydra configs composed from conf/ with test-sized overrides; a schedule's learning rates."""
 
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
+
+from training.optim import build_optimizer, build_scheduler
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model=tiny", "trainer=smoke", "logger=none", "telemetry.every=5"]
@@ -14,6 +17,23 @@ def make_cfg(*overrides: str) -> DictConfig:
     """conf/config.yaml composed with the tiny test settings and ``overrides`` (later wins)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose("config", overrides=[*TINY, *overrides])
+
+
+def scheduled_lrs(peak: float, warmup: int, max_steps: int, n: int, decay: str, start: int = 0,
+                  loaded_lr: float | None = None) -> list[float]:  # fmt: skip
+    """The lr of updates start + 1 .. start + n of a run's schedule, replayed to ``start`` as a resume
+    replays it; ``loaded_lr``: the lr an optimizer state loaded from a checkpoint carries."""
+    opt = build_optimizer(torch.nn.Linear(2, 2), peak, (0.9, 0.98), 0.0, 1e-8)
+    if loaded_lr is not None:
+        for group in opt.param_groups:
+            group["lr"] = group["initial_lr"] = loaded_lr
+    sched = build_scheduler(opt, peak, warmup, max_steps, decay, start_step=start)
+    out = []
+    for _ in range(n):
+        out.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    return out
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ def sweep_jobs(params: dict | None) -> list[list[str]]:
 
 
 def test_every_preset_composes_and_validates():
-    presets = [f"{g}={p.stem}" for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml")) if p.stem != "_base"]
+    presets = [f"{g}={p.stem}" for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml"))]
     assert len(presets) >= 27  # at abc122c: 3 model, 9 norm, 5 data, 1 optim, 1 schedule, 3 trainer, 2 logger, 3 telemetry
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         for preset in presets:
@@ -164,13 +164,22 @@ def test_norm_presets_compose_to_the_values_they_had_before_the_shared_base():
 
 
 def test_each_norm_preset_states_only_what_differs_from_the_base():
-    base = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "norm" / "_base.yaml"))
-    presets = [p for p in sorted((ROOT / "conf" / "norm").glob("*.yaml")) if p.stem != "_base"]
+    base = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "norm_base.yaml"))
+    presets = sorted((ROOT / "conf" / "norm").glob("*.yaml"))
     assert {p.stem for p in presets} >= set(NORM_PRESETS_AT_ABC122C)
     for path in presets:
         own = OmegaConf.to_container(OmegaConf.load(path))
-        assert own.pop("defaults") == ["_base", "_self_"], path.name
+        assert own.pop("defaults") == ["/norm_base@_here_", "_self_"], path.name
         assert all(key in base and base[key] != value for key, value in own.items()), (path.name, own)
+
+
+def test_help_lists_the_norm_presets_and_not_their_base():
+    # issue 20 item 7: the base the presets start from was a member of the norm group, so --help offered it.
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (norm,) = [line for line in done.stdout.splitlines() if line.startswith("norm: ")]
+    assert norm.removeprefix("norm: ").split(", ") == sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
+    assert "_base" not in done.stdout and "pre_ln, pre_ln_qk" in norm
 
 
 RENAMES = [("trainer.eval_max_words", "trainer.eval_max_examples"), ("trainer.test_max_words", "trainer.test_max_examples")]

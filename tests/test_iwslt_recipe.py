@@ -15,7 +15,7 @@ from model import EncoderDecoder, ModelConfig
 from model.attention import MultiHeadAttention
 from model.layers import FeedForward
 from model.telemetry import Telemetry, TelemetryConfig
-from tests.conftest import ROOT, make_cfg
+from tests.conftest import ROOT, make_cfg, scheduled_lrs
 from training.optim import build_optimizer, build_scheduler
 from training.run import config_diff, model_config
 from training.schema import validate
@@ -32,31 +32,19 @@ def fairseq_lr(s: int, peak: float, warmup: int) -> float:
     return peak * s / warmup if s < warmup else peak * warmup**0.5 * s**-0.5
 
 
-def scheduled_lrs(peak: float, warmup: int, max_steps: int, n: int, start: int = 0) -> list[float]:
-    """The lr of updates start + 1 .. start + n (after ``start`` replayed steps)."""
-    opt = build_optimizer(torch.nn.Linear(2, 2), peak, (0.9, 0.98), 0.0, 1e-8)
-    sched = build_scheduler(opt, peak, warmup, max_steps, "inverse_sqrt", start_step=start)
-    out = []
-    for _ in range(n):
-        out.append(sched.get_last_lr()[0])
-        opt.step()
-        sched.step()
-    return out
-
-
 def test_inverse_sqrt_follows_its_closed_form_and_fairseq():
     peak, warmup = 5e-4, 8
-    ran = scheduled_lrs(peak, warmup, max_steps=60, n=60)
+    ran = scheduled_lrs(peak, warmup, max_steps=60, n=60, decay="inverse_sqrt")
     assert ran == pytest.approx([normlab_lr(s, peak, warmup) for s in range(60)], rel=1e-12, abs=0)
     assert ran[warmup:] == pytest.approx([fairseq_lr(s, peak, warmup) for s in range(warmup, 60)], rel=1e-12, abs=0)
     assert max(abs(a - fairseq_lr(s, peak, warmup)) for s, a in enumerate(ran)) <= peak / warmup  # the warmup's start
-    assert scheduled_lrs(peak, warmup, max_steps=10**6, n=60) == ran  # no dependence on the run's length
-    assert scheduled_lrs(peak, warmup, max_steps=60, n=40, start=20) == ran[20:]  # a resume replays it
+    assert scheduled_lrs(peak, warmup, max_steps=10**6, n=60, decay="inverse_sqrt") == ran  # no dependence on the run's length
+    assert scheduled_lrs(peak, warmup, max_steps=60, n=40, decay="inverse_sqrt", start=20) == ran[20:]  # a resume replays it
 
 
 @pytest.mark.parametrize("step", [0, 1, 3999, 4000, 4001, 16000, 50000])
 def test_inverse_sqrt_at_the_presets_warmup_after_a_replay(step):
-    lr = scheduled_lrs(5e-4, 4000, max_steps=50000, n=1, start=step)[0]
+    lr = scheduled_lrs(5e-4, 4000, max_steps=50000, n=1, decay="inverse_sqrt", start=step)[0]
     expected = {0: 1.25e-7, 4000: 5e-4, 16000: 2.5e-4, 50000: 5e-4 * math.sqrt(0.08)}.get(step, normlab_lr(step, 5e-4, 4000))
     assert lr == pytest.approx(expected, rel=1e-12)
     assert abs(lr - fairseq_lr(step, 5e-4, 4000)) <= 1.25e-7

@@ -120,7 +120,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for label, (cfg, offset, per) in RUNS.items():
         write_run(root / label, cfg, metric_rows(offset, cfg["seed"], per), finished(per))
     diverged = {"state": "diverged", "step": 40, "max_steps": 100, "wall_s": 30.0, "tokens_per_s": None,
-                "error": DIVERGED_ERROR.format(31), "test": None}  # fmt: skip
+                "error": DIVERGED_ERROR.format(31), "diverged_step": 31, "test": None}  # fmt: skip
     write_run(root / "lr=1.0,seed=0", config("pre", "layernorm", 0, lr=1.0), metric_rows(1.0, 0, None, diverge_at=40), diverged)
     write_run(root / "norm=post_rms,seed=2", config("post", "rmsnorm", 2), metric_rows(2.2, 2, 0.3)[:8], None, truncate=True)
     write_run(root / "norm=post_rms,seed=3", config("post", "rmsnorm", 3), None, None)
@@ -304,7 +304,8 @@ def hard(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
             status = finished(0.2)
         else:
             rows = [r for r in rows if r["step"] < diverge_at and not any(k.startswith("test/") for k in r)]
-            status = {"state": "diverged", "step": 0, "max_steps": 100, "error": DIVERGED_ERROR.format(diverge_at), "test": None}
+            status = {"state": "diverged", "step": 0, "max_steps": 100, "error": DIVERGED_ERROR.format(diverge_at),
+                      "diverged_step": diverge_at, "test": None}  # fmt: skip
         write_run(root / f"d{seed}", config("pre", "layernorm", seed, lr=0.01), rows, status)
     for seed in (0, 1):
         rows = [{"step": 10, "train/loss": 3.0 + seed}, {"step": 20, "train/loss": 2.5 + seed},
@@ -374,7 +375,8 @@ def test_the_loss_at_initialization_starts_the_validation_curve_but_is_never_the
     initial = {"step": 0, "val/loss": 3.8}
     write_run(tmp_path / "better", config("pre", "layernorm", 0), [initial, *metric_rows(1.0, 0, 0.1)], finished(0.1))
     write_run(tmp_path / "worse", config("pre", "layernorm", 1), [initial, *metric_rows(5.0, 1, 0.9)], finished(0.9))
-    diverged = {"state": "diverged", "step": 20, "max_steps": 100, "error": DIVERGED_ERROR.format(20), "test": None}
+    diverged = {"state": "diverged", "step": 20, "max_steps": 100, "error": DIVERGED_ERROR.format(20), "diverged_step": 20,
+                "test": None}  # fmt: skip
     rows = [initial, {"step": 10, "train/loss": 3.0}]
     write_run(tmp_path / "early", config("pre", "layernorm", 0, lr=1.0), rows, diverged)
     runs = {r.label: r for r in load_runs([tmp_path])}
@@ -387,6 +389,17 @@ def test_the_loss_at_initialization_starts_the_validation_curve_but_is_never_the
     # The diverged run's x sits on its only validation loss, the one at step 0; the PER chart has none for it.
     marks = {k: [(line.x, line.y) for line in panels[k].lines if line.role == "diverged"] for k in ("val_loss", "val_per")}
     assert marks == {"val_loss": [([0], [3.8])], "val_per": []}
+
+
+def test_the_divergence_step_is_status_json_s_field_and_older_runs_fall_back_to_their_first_null_loss(tmp_path: Path) -> None:
+    # issue 20 item 7: the step was parsed out of the error message with a regex.
+    rows = metric_rows(1.0, 0, None, diverge_at=20)
+    status = {"state": "diverged", "step": 20, "max_steps": 100, "error": "NonFiniteLossError: worded otherwise", "test": None}
+    new = load_run(write_run(tmp_path / "new", config("pre", "layernorm", 0), rows, {**status, "diverged_step": 17}), "new")
+    old = load_run(write_run(tmp_path / "old", config("pre", "layernorm", 0), rows, status), "old")
+    bare = load_run(write_run(tmp_path / "bare", config("pre", "layernorm", 0), metric_rows(1.0, 0, None), status), "bare")
+    assert (new.diverged_at, old.diverged_at, bare.diverged_at) == (17, 20, None)  # None: diverged, step unknown
+    assert bare.diverged
 
 
 def test_status_missing_null_loss_means_diverged(tmp_path: Path) -> None:

@@ -16,10 +16,9 @@ from omegaconf import DictConfig
 
 import train as train_module
 from model.telemetry import POWER_ITERS_FIRST
-from tests.conftest import ROOT, make_cfg
+from tests.conftest import ROOT, make_cfg, scheduled_lrs
 from tests.test_telemetry_params import torch_sigma
 from training.checkpoint import load_checkpoint, load_latest_good
-from training.optim import build_optimizer, build_scheduler
 
 # Dropout on and a per-step log, so RNG state and data order both show in every logged loss.
 EXACT = ["trainer.max_steps=12", "trainer.log_every=1", "model.dropout=0.1", "telemetry.every=4"]
@@ -166,17 +165,7 @@ def test_rerunning_a_finished_run_dir_skips_it(tmp_path, capsys):
 @pytest.mark.parametrize("decay", ["linear", "cosine", "constant"])
 def test_the_schedule_replayed_to_a_step_equals_the_one_that_ran(decay):
     def lrs(start: int, max_steps: int, n: int, loaded_lr: float | None = None) -> list[float]:
-        opt = build_optimizer(torch.nn.Linear(2, 2), 1e-3, (0.9, 0.98), 0.0, 1e-9)
-        if loaded_lr is not None:  # an optimizer state from a checkpoint carries its own lr
-            for group in opt.param_groups:
-                group["lr"] = group["initial_lr"] = loaded_lr
-        sched = build_scheduler(opt, 1e-3, 10, max_steps, decay, start_step=start)
-        out = []
-        for _ in range(n):
-            out.append(sched.get_last_lr()[0])
-            opt.step()
-            sched.step()
-        return out
+        return scheduled_lrs(1e-3, 10, max_steps, n, decay, start=start, loaded_lr=loaded_lr)
 
     ran = lrs(0, 50, 50)
     assert lrs(17, 50, 33, loaded_lr=123.0) == ran[17:]

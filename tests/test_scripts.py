@@ -10,7 +10,7 @@ import sys
 
 from tests.conftest import ROOT
 
-SCRIPTS = ("report", "bench", "predict", "plot_scales", "wandb_workspace", "probe")
+SCRIPTS = ("report", "report_lrs", "bench", "predict", "plot_scales", "wandb_workspace", "probe")
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 
 
@@ -31,6 +31,16 @@ def test_every_script_runs_as_a_module_and_answers_help():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.findall(r"^== (\w+) exit (\S+)$", proc.stdout, re.M) == [(name, "0") for name in SCRIPTS]
     assert proc.stdout.count("usage: ") == len(SCRIPTS)
+
+
+def test_a_script_run_as_a_file_answers_with_the_command_that_runs_it(tmp_path):
+    # issue 20 item 7: ``python scripts/report.py DIR`` ended in a ModuleNotFoundError traceback.
+    for script, args in (("report", [str(tmp_path), "--out", "o"]), ("plot_scales", [])):
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{script}.py"), *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr == (f"normlab: run it as a module from the repository root: cd {ROOT} && "
+                               f"python -m scripts.{script} {' '.join(args)}".rstrip() + "\n")  # fmt: skip
 
 
 def test_no_script_or_analysis_module_edits_sys_path():

@@ -1,11 +1,13 @@
 """Hydra multiruns end to end: a 2 x 2 sweep, its report, re-running it, a failing job, wandb
-offline runs per job, and the parallel launcher."""
+offline runs per job, the parallel launcher, and stopping a parallel sweep."""
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import matplotlib.image
@@ -14,6 +16,7 @@ import pytest
 from scripts import report
 from tests.conftest import ROOT
 from tests.test_report import figures
+from training.checkpoint import load_checkpoint
 
 SMOKE = ["model=tiny", "trainer=smoke", "telemetry.every=5"]
 
@@ -97,3 +100,44 @@ def test_the_parallel_launcher_runs_jobs_side_by_side(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Joblib.Parallel(n_jobs=2" in done.stdout + done.stderr
     assert "2 jobs, 0 failed" in done.stdout
+
+
+def test_sigint_stops_a_parallel_sweep_with_checkpoints_and_the_same_command_resumes_it(tmp_path):
+    # issue 20 item 6: SIGINT to the sweep's parent (Ctrl-C sends it to every process of the group; the
+    # parent alone is the harder case: the workers must learn of it from the parent).
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SMOKE, "logger=none", "trainer.max_steps=40", "seed=0,1",
+           "hydra/launcher=local_parallel", f"hydra.sweep.dir={tmp_path / 's'}"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    logged = lambda p: p.is_file() and '"train/loss"' in p.read_text()  # noqa: E731
+    while not (len(jobs := sorted((tmp_path / "s").glob("*/metrics.jsonl"))) == 2 and all(map(logged, jobs))):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    overrides = " ".join([*cmd[3:-2], "hydra/launcher=local_parallel"])  # the job's, then Hydra's
+    assert stderr.rstrip().endswith(f"normlab: sweep stopped by SIGINT; continue with: python train.py -m {overrides} "
+                                    f"hydra.sweep.dir={tmp_path / 's'}")  # fmt: skip
+    assert "Traceback" not in stderr
+    while True:  # every process of the sweep (its session) is gone: the parent, the joblib workers, their trackers
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "processes of the sweep still running"
+        time.sleep(0.2)
+    stopped = {}
+    for job in jobs:
+        status = json.loads((job.parent / "status.json").read_text())
+        assert status["state"] == "interrupted" and status["error"].startswith("RunInterrupted: stopped by SIGINT after step")
+        assert load_checkpoint(job.parent / "checkpoint.pt")["step"] == status["step"] >= 1
+        stopped[job.parent] = status["step"]
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 jobs, 0 failed" in again.stdout
+    for run_dir, step in stopped.items():
+        assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+        assert f"| {step}/40 [00:00<?" in again.stderr  # each job's progress starts at its checkpoint's step
+    assert "| 0/40 [" not in again.stderr  # no job started over
+    assert not (tmp_path / "s" / "STOP").exists()

@@ -22,7 +22,7 @@ from training.evaluate import evaluate_loss
 from training.run import model_config
 from training.tasks import build_task
 
-PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml") if p.stem != "_base")
+PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
 # Each preset as written, plus the native impl of the presets whose kind has one.
 PRESET_RUNS = [(p, None) for p in PRESETS] + [(p, "native") for p in ("post_ln", "pre_ln", "pre_rms", "post_rms")]
 
@@ -174,6 +174,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path, mo
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
     assert ckpt["step"] == 5
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["state"] == "diverged" and status["diverged_step"] == 8  # what the report reads (issue 20 item 7)
 
 
 def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -336,6 +336,6 @@ def test_every_variant_preset_learns_a_batch(preset, placement):
 
 
 def test_every_placement_has_a_preset():
-    presets = {p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "norm").glob("*.yaml")} - {"_base"}
+    presets = {p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "norm").glob("*.yaml")}
     covered = {make_cfg(f"norm={p}").norm.placement for p in presets}
     assert covered == set(PLACEMENTS)

@@ -1,9 +1,17 @@
 """Stop cleanly on SIGTERM (cluster preemption, ``kill``) or SIGINT (Ctrl-C): the loop finishes
 the current step, writes a checkpoint and raises :class:`RunInterrupted`, instead of dying
-mid-write."""
+mid-write.
+
+A sweep stops as a whole: its stop file (``<sweep dir>/STOP``, holding the signal's number) is
+written by the sweep's parent when it gets the signal and by a job that got it itself; every
+running job of the sweep stops at its next step, and a job that has not started yet does not
+start (``training/sweep.py``)."""
 
 import signal
+from pathlib import Path
 from types import FrameType
+
+from training.atomic import atomic_write
 
 
 class RunInterrupted(Exception):
@@ -14,25 +22,48 @@ class RunInterrupted(Exception):
         self.signum = signum
 
 
+def read_stop(path: Path | None) -> int:
+    """The signal that stopped the sweep whose stop file is ``path``; 0 while none did (or no sweep)."""
+    return int(path.read_text()) if path is not None and path.is_file() else 0
+
+
+def request_stop(path: Path, signum: int) -> None:
+    """Stop the sweep whose stop file is ``path``; the first signal stays recorded."""
+    if not read_stop(path):
+        atomic_write(path, lambda f: f.write(str(signum).encode()))
+
+
 class StopRequest:
-    """Within ``with StopRequest() as stop:``, SIGTERM and SIGINT set ``stop.signum`` instead of
-    killing the process; a second SIGINT still interrupts at once. Handlers are restored on exit."""
+    """Within ``with StopRequest(sweep_stop) as stop:``, SIGTERM and SIGINT set ``stop.signum``
+    instead of killing the process; a second SIGINT still interrupts at once. With ``sweep_stop``,
+    the sweep's stop file, ``stop.signum`` is also set once the sweep is stopped. The two signals
+    are unblocked inside (a sweep's parent blocks them in its workers, so that an idle worker
+    outlives a Ctrl-C); handlers and the signal mask are restored on exit."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self) -> None:
-        self.signum = 0  # 0 until a signal arrives
+    def __init__(self, sweep_stop: Path | None = None) -> None:
+        self._signum = 0  # 0 until a signal arrives
+        self._sweep_stop = sweep_stop
         self._previous = {}
+        self._mask = set()
+
+    @property
+    def signum(self) -> int:
+        self._signum = self._signum or read_stop(self._sweep_stop)
+        return self._signum
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+        if signum == signal.SIGINT and self._signum == signal.SIGINT:
             raise KeyboardInterrupt
-        self.signum = signum
+        self._signum = signum
 
     def __enter__(self) -> "StopRequest":
         self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        self._mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
         for s, handler in self._previous.items():
             signal.signal(s, handler)

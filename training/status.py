@@ -6,7 +6,8 @@ without parsing logs. Fields: ``state`` (one of ``STATES``), ``step``, ``max_ste
 (seconds of training in this run dir, summed over resumes), ``tokens_per_s`` (target tokens per
 second over those seconds), ``spike_score_loss`` and ``spike_score_grad_norm`` (the share of the
 steps so far whose training loss / gradient norm spiked: ``training/spikes.py``; the run's at the
-end), ``error`` (message or null), ``test`` (final test metrics) and, once
+end), ``error`` (message or null), ``diverged_step`` (a diverged run's step whose training loss
+went non-finite; absent otherwise), ``test`` (final test metrics) and, once
 the run logs to wandb, ``wandb_id`` (its wandb run id, resumed by every later attempt in the dir).
 """
 

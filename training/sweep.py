@@ -3,10 +3,19 @@
 A failing job does not stop a sweep: ``train.py`` records it in the job's ``status.json`` (and
 its traceback in ``error.log``) and returns, the launcher goes on, and :class:`SweepSummary`
 lists every job's state at the end and exits with status 1 if any failed.
+
+SIGINT or SIGTERM stops a sweep as a whole: every running job checkpoints at its next step and
+exits, no further job starts, and the parent, once every job has returned, prints the table and one
+line with the command that continues the sweep, and exits with status 128 + signal. The parent blocks
+the two signals in itself (a thread waits for them) and so in the workers it starts, which unblock
+them only while training (``training/interrupt.py``): an idle joblib worker killed by a Ctrl-C would
+make joblib kill the others mid-step.
 """
 
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +24,10 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from training.interrupt import StopRequest, read_stop, request_stop
 from training.status import read_status
+
+STOP_FILE = "STOP"  # in the sweep dir: the signal that stopped the sweep (training/interrupt.py)
 
 
 def in_multirun() -> bool:
@@ -30,6 +42,11 @@ def sweep_group() -> str | None:
     parts = Path(HydraConfig.get().sweep.dir).parts
     below = parts[len(parts) - parts[::-1].index("multirun") :] if "multirun" in parts else parts[-1:]
     return "/".join(below) or parts[-1]
+
+
+def sweep_stop_file() -> Path | None:
+    """This multirun job's sweep's stop file; None outside a multirun."""
+    return Path(HydraConfig.get().sweep.dir) / STOP_FILE if in_multirun() else None
 
 
 def parallel_jobs() -> int:
@@ -61,11 +78,40 @@ def summarize(sweep_dir: Path) -> tuple[str, int]:
     return "\n".join([f"sweep {sweep_dir}: {len(rows)} jobs, {failed} failed", *lines]), failed
 
 
+def continue_command(config: DictConfig) -> str:
+    """The command line that continues the sweep (its overrides, then Hydra's, pointed at its sweep dir)."""
+    overrides = [*config.hydra.overrides.task, *config.hydra.overrides.hydra]
+    kept = [o for o in overrides if not o.startswith(("hydra.sweep.dir=", "hydra.mode="))]  # -m sets the mode
+    return " ".join(["python train.py -m", *kept, f"hydra.sweep.dir={config.hydra.sweep.dir}"])
+
+
 class SweepSummary(Callback):
-    """Prints :func:`summarize` when a multirun ends; exit status 1 if a job failed."""
+    """Stops the sweep on SIGINT or SIGTERM (module docstring); prints :func:`summarize` when a
+    multirun ends; exit status 128 + signal if it was stopped, else 1 if a job failed."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        stop = Path(config.hydra.sweep.dir) / STOP_FILE
+        stop.unlink(missing_ok=True)  # a re-run of a stopped sweep
+
+        def stop_sweep(signum: int, frame: object = None) -> None:
+            stop.parent.mkdir(parents=True, exist_ok=True)
+            request_stop(stop, signum)
+
+        def wait_for_signals() -> None:
+            while True:
+                stop_sweep(signal.sigwait(StopRequest.SIGNALS))
+
+        for s in StopRequest.SIGNALS:  # also replaces an inherited SIG_IGN, which would drop the signal
+            signal.signal(s, stop_sweep)
+        signal.pthread_sigmask(signal.SIG_BLOCK, StopRequest.SIGNALS)  # inherited by later threads and workers
+        threading.Thread(target=wait_for_signals, name="sweep-stop", daemon=True).start()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         table, failed = summarize(Path(config.hydra.sweep.dir))
         print(table)
+        if signum := read_stop(Path(config.hydra.sweep.dir) / STOP_FILE):
+            print(f"normlab: sweep stopped by {signal.Signals(signum).name}; continue with: {continue_command(config)}",
+                  file=sys.stderr)  # fmt: skip
+            sys.exit(128 + signum)
         if failed:
             sys.exit(1)

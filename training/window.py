@@ -14,7 +14,11 @@ from training.step import StepResult
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or inf; the message names the step and the last good checkpoint."""
+    """The training loss became NaN or inf at ``step``; the message names it and the last good checkpoint."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
 
 
 def peak_memory_gib(device: torch.device) -> float:
@@ -94,7 +98,7 @@ class LogWindow:
         if bad >= 0:
             where = f"; first non-finite activation: {self.first_bad_site}" if self.first_bad_site else ""
             raise NonFiniteLossError(f"non-finite training loss at step {int(bad)}{where}; "
-                                     f"last finite checkpoint: {run.last_good}")  # fmt: skip
+                                     f"last finite checkpoint: {run.last_good}", int(bad))  # fmt: skip
         run.spikes.add(per_step[: self.steps], per_step[self.steps :])
         if stats:
             self.record, self.record_step = stats, run.step
