@@ -10,11 +10,12 @@ shown; a cell may hold the text "diverged", "did not learn" or "—" where the C
 marker ``<!-- conf: +experiment=<name> -->``: a two-column table (key, value) whose every value must be the experiment
 preset's (a swept key: the sweep's values, comma-separated).
 
-Prose. Every other number on the page (outside code, links and HTML comments) must be one of the values those tables
-check (a CSV value or a set-up value), to the decimals it shows: as it is, as a magnitude (a difference written "0.14
+Prose. Every other number on the page (outside code, links and HTML comments) must be one of the values the tables of
+its own section check (a CSV value or a set-up value; the summary above the first section: any table's), to the
+decimals it shows: as it is, as a magnitude (a difference written "0.14
 lower"), or, followed by "%" or "points", times 100 (PER is stored as a fraction). An integer without "%" must match
 exactly. Only citation forms are exempt: years after a name, arXiv ids, §, Fig., Lemma, issue numbers, model and data
-set names (``CITATION``).
+set names, and the confidence level of "95 % CI" (``CITATION``).
 """
 
 import csv
@@ -37,7 +38,7 @@ EMPTY_CELLS = ("diverged", "did not learn", "—")
 # numbers that are names, not measurements: citation years, arXiv ids, sections, figures, issues, models and corpora
 CITATION = re.compile(
     r"(?:et al\.,? |[A-Z][\w-]+ |\()(?:19|20)\d\d\b|arXiv \d{4}\.\d{4,5}|§\s?\d+(?:\.\d+)*|Fig\. \d+|Lemma \d+|issue \d+"
-    r"|ViT-22B|GPT-2|IWSLT ?1[47]|WMT ?14|De-En|Peri-LN|Mix-LN|\bL\d\b|\(\d\)"
+    r"|ViT-22B|GPT-2|IWSLT ?1[47]|WMT ?14|De-En|Peri-LN|Mix-LN|\bL\d\b|\(\d\)|95 %\s(?:CI|confidence)"
 )
 PROSE_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?(?:e[+-]?\d+)?)(?![\w])(\s?%|\s?points?)?")
 
@@ -48,14 +49,19 @@ def split_rows(body: str) -> list[list[str]]:
     return [rows[0], *rows[2:]]
 
 
-def csv_tables() -> list[tuple[str, list[str], list[list[str]]]]:
-    """(csv path, key columns, table rows) of every ``csv:`` table."""
-    return [(path, keys.split(","), split_rows(body)) for path, keys, body in CSV_MARKER.findall(PAGE)]
+def csv_tables(text: str = PAGE) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(csv path, key columns, table rows) of every ``csv:`` table of ``text``."""
+    return [(path, keys.split(","), split_rows(body)) for path, keys, body in CSV_MARKER.findall(text)]
 
 
-def conf_tables() -> list[tuple[str, list[list[str]]]]:
-    """(``+experiment=NAME``, table rows) of every ``conf:`` table."""
-    return [(experiment, split_rows(body)) for experiment, body in CONF_MARKER.findall(PAGE)]
+def conf_tables(text: str = PAGE) -> list[tuple[str, list[list[str]]]]:
+    """(``+experiment=NAME``, table rows) of every ``conf:`` table of ``text``."""
+    return [(experiment, split_rows(body)) for experiment, body in CONF_MARKER.findall(text)]
+
+
+def sections() -> list[str]:
+    """The page cut before each ``## `` heading: the summary above the first, then one text per section."""
+    return re.split(r"\n(?=## )", PAGE)
 
 
 def csv_values(path: str, keys: list[str], rows: list[list[str]]) -> list[float]:
@@ -105,14 +111,15 @@ def conf_values(experiment: str, rows: list[list[str]]) -> list[float]:
     return values
 
 
-def checked_values() -> list[float]:
-    found = [v for path, keys, rows in csv_tables() for v in csv_values(path, keys, rows)]
-    return found + [v for experiment, rows in conf_tables() for v in conf_values(experiment, rows)]
+def checked_values(text: str) -> list[float]:
+    """The values behind the checked tables of ``text``."""
+    found = [v for path, keys, rows in csv_tables(text) for v in csv_values(path, keys, rows)]
+    return found + [v for experiment, rows in conf_tables(text) for v in conf_values(experiment, rows)]
 
 
-def prose() -> str:
-    """The page without its checked tables, code, HTML comments, link targets and citation forms."""
-    text = CONF_MARKER.sub("", CSV_MARKER.sub("", PAGE))
+def prose(text: str) -> str:
+    """``text`` without its checked tables, code, HTML comments, link targets and citation forms."""
+    text = CONF_MARKER.sub("", CSV_MARKER.sub("", text))
     for pattern in (r"```.*?```", r"`[^`]*`", r"<!--.*?-->", r"\]\([^)]*\)", r"\[results/[^\]]*\]"):
         text = re.sub(pattern, " ", text, flags=re.S)
     return CITATION.sub(" ", text)
@@ -141,14 +148,24 @@ def test_every_setting_is_the_presets(experiment: str, rows: list[list[str]]) ->
     conf_values(experiment, rows)
 
 
-def test_every_number_in_the_prose_is_a_checked_value() -> None:
-    values = checked_values()
+def test_every_number_in_the_prose_is_a_checked_value_of_its_section() -> None:
+    # A section's prose may quote its own tables only (the summary above the first section: any table), so a
+    # wrong number rarely matches by chance some other value of the page.
+    summary, *rest = sections()
     unchecked = []
-    for line in prose().splitlines():
+    for text, values in ((summary, checked_values(PAGE)), *((t, checked_values(t)) for t in rest)):
+        unchecked += unchecked_numbers(text, values)
+    assert not unchecked, "numbers in docs/results.md that no checked table of their section holds:\n" + "\n".join(unchecked)
+
+
+def unchecked_numbers(text: str, values: list[float]) -> list[str]:
+    """Each number of ``text``'s prose that matches none of ``values``, with its line."""
+    unchecked = []
+    for line in prose(text).splitlines():
         for m in PROSE_NUMBER.finditer(line):
             if not matches(m.group(1), m.group(2), values):
                 unchecked.append(f"{m.group(0).strip()!r} in: {line.strip()[:110]}")
-    assert not unchecked, "numbers in docs/results.md that no checked table holds:\n" + "\n".join(unchecked)
+    return unchecked
 
 
 def test_the_prose_checker_catches_a_wrong_number() -> None:
