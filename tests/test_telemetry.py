@@ -12,7 +12,17 @@ import torch.nn.functional as F
 
 from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.metric_names import ACT_STAT_SITES, ATTENTION_NORM_SITES, FAMILY_STATS, SITE_GROUPS, WEIGHT_SITES, depth_profile, parse
+from model.metric_names import (
+    ACT_STAT_SITES,
+    ATTENTION_NORM_SITES,
+    BLOCK_SITES,
+    FAMILY_STATS,
+    SITE_GROUPS,
+    STACK_SITES,
+    WEIGHT_SITES,
+    depth_profile,
+    parse,
+)
 from model.telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
 from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
@@ -389,6 +399,14 @@ def test_docs_metric_names_table_is_what_each_group_records():
             assert example in stats and regex.fullmatch(example) and parse(example), (group, example)
         for key in stats:  # every name the group records has its row, and parses back
             assert any(regex.fullmatch(key) for regex, _ in patterns) and parse(key).name == key, (group, key)
+
+
+def test_docs_say_for_every_act_site_whether_it_is_read_before_or_after_a_norm():
+    rows = doc_table("act site")
+    patterns = [doc_pattern(name) for row in rows for name in re.findall(r"`([^`]+)`", row[0])]
+    for site in (*STACK_SITES, *BLOCK_SITES):
+        assert sum(bool(p.fullmatch(site)) for p in patterns) == 1, site
+    assert all(row[1] and row[2] for row in rows)  # before / after, and the gain
 
 
 # Issue 13: the variants' norm sites (placement, its norm keys). rezero and tfixup have no norm site.
