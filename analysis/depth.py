@@ -2,11 +2,22 @@
 telemetry by step and block) and ``depth_growth.csv`` (per variant, how much the stream's RMS grows from a stack's
 first block to its last, at the first and the last telemetry record).
 
-Growth of a stack in one record = RMS of the residual stream leaving its last block / leaving its first block
-(``act/enc.{n-1}.out/rms`` / ``act/enc.0.out/rms``; the decoder's likewise). With the default telemetry schedule the
-first record is step 1, the forward pass before any update (the profile at initialization: docs/telemetry.md). It is
-the number behind "pre-LN's residual stream grows with depth, post-LN's stays flat" (Xiong et al. 2020,
-arXiv 2002.04745; Liu et al. 2020, arXiv 2004.08249), read from a sweep's own runs.
+Growth of a stack in one record = RMS of the residual stream at its last block / at its first block, each block's
+stream read where Xiong et al. 2020 (arXiv 2002.04745, Lemma 2) measure it, before any norm (:func:`stream_site`):
+
+- a block whose last residual (the FFN) ends in a norm, ``x <- norm_out(alpha * x + F(.) [+ skip])`` (post, deepnorm,
+  admin, keel, b2t, Mix-LN's post blocks): the sum entering that norm, ``act/{block}.ffn.norm_out.in/rms``. The
+  block's ``out`` is that norm's output, RMS ~ its gain (1 at init) by construction, so it would show no growth
+  whatever the stream does;
+- any other block (pre, sandwich, lns, hybrid, res_post, ...): the stream leaving it, ``act/{block}.out/rms``, already
+  un-normalized.
+
+A block counts as the first kind when the run recorded its ``ffn.norm_out.in`` (the site exists only where
+``norm_out`` is filled; telemetry group ``out``); runs written before that site existed read ``out`` everywhere. The
+``site`` column of ``depth_growth.csv`` says which was read. With the default telemetry schedule the first record is
+step 1, the forward pass before any update (the profile at initialization: docs/telemetry.md). It is the number
+behind "pre-LN's residual stream grows with depth, post-LN's stays flat" (Xiong et al. 2020; Liu et al. 2020,
+arXiv 2004.08249), read from a sweep's own runs.
 """
 
 import json
@@ -16,10 +27,11 @@ from analysis.csvs import write_csv
 from analysis.runs import Run
 from analysis.stats import mean_stderr
 from analysis.variants import Variant
-from model.metric_names import STACKS
+from model.metric_names import PRE_NORM_SITE, STACKS
 
 PROFILE_COLUMNS = ("variant", "run", "seed", "step", "depth", "block", "rms", "grad", "kurtosis")
-GROWTH_COLUMNS = ("variant", "stack", "step_kind", "step", "n", "mean", "stderr", "per_run")
+GROWTH_COLUMNS = ("variant", "stack", "site", "step_kind", "step", "n", "mean", "stderr", "per_run")
+PRE_NORM = PRE_NORM_SITE["ffn"]  # the block's last residual's closing-norm input
 STEP_KINDS = ("first", "last")  # the variant's earliest and latest telemetry record
 
 
@@ -51,19 +63,43 @@ def stack_ends(run: Run, stack: str) -> tuple[int, int] | None:
     return (min(depths), max(depths)) if len(depths) > 1 else None
 
 
-def growth(run: Run, stack: str, step: int) -> float | None:
-    """The run's ``stack`` growth at telemetry ``step``: RMS leaving its last block / leaving its first block; None when
-    either was not recorded (finite) at that step, the first is 0, or the stack has fewer than two blocks."""
+def stream_site(run: Run, depth: int) -> str:
+    """Where :func:`growth` reads the residual stream of the block at ``depth``: ``ffn.norm_out.in`` (the sum entering
+    its closing norm) when the run recorded that site there at any step, else ``out``."""
+    return PRE_NORM if any(depth in record for record in run.pre_norm_rms.values()) else "out"
+
+
+def stream_rms(run: Run, depth: int, step: int) -> float | None:
+    """The RMS of the block's residual stream at telemetry ``step``, read at :func:`stream_site`; None if not recorded."""
+    source = run.pre_norm_rms if stream_site(run, depth) == PRE_NORM else run.rms
+    return source.get(step, {}).get(depth)
+
+
+def growth_site(run: Run, stack: str) -> str | None:
+    """The sites :func:`growth` reads at ``stack``'s first and last block: one name when they agree, else
+    ``{first}->{last}`` (Mix-LN: ``ffn.norm_out.in->out``); None with fewer than two blocks."""
     ends = stack_ends(run, stack)
-    record = run.rms.get(step, {})
-    if ends is None or not all(d in record for d in ends) or record[ends[0]] == 0:
+    if ends is None:
         return None
-    return record[ends[1]] / record[ends[0]]
+    first, last = (stream_site(run, d) for d in ends)
+    return first if first == last else f"{first}->{last}"
+
+
+def growth(run: Run, stack: str, step: int) -> float | None:
+    """The run's ``stack`` growth at telemetry ``step``: the stream's RMS (:func:`stream_rms`) at its last block / at
+    its first block; None when either was not recorded (finite) at that step, the first is 0, or the stack has fewer
+    than two blocks."""
+    ends = stack_ends(run, stack)
+    if ends is None:
+        return None
+    first, last = (stream_rms(run, d, step) for d in ends)
+    return None if first is None or last is None or first == 0 else last / first
 
 
 def growth_rows(variants: list[Variant]) -> list[dict[str, object]]:
     """Per variant with RMS telemetry, stack (``enc``, ``dec``) and step kind (``first``, ``last``: the earliest and
-    latest step any of its runs recorded), a row keyed by ``GROWTH_COLUMNS``: the mean ± stderr
+    latest step any of its runs recorded), a row keyed by ``GROWTH_COLUMNS``: ``site``, where the stream was read
+    (:func:`growth_site`; the runs' distinct answers joined by a space), the mean ± stderr
     (:func:`~analysis.stats.mean_stderr`) over the n runs with a :func:`growth` at that step, and ``per_run``, a JSON
     object run label -> growth. A run that stopped before the last step is left out of its ``last`` row."""
     rows = []
@@ -72,11 +108,12 @@ def growth_rows(variants: list[Variant]) -> list[dict[str, object]]:
         if not steps:
             continue
         for stack in STACKS:
+            site = " ".join(sorted({s for run in variant.runs if (s := growth_site(run, stack)) is not None}))
             for kind, step in zip(STEP_KINDS, (steps[0], steps[-1]), strict=True):
                 per_run = {run.label: g for run in variant.runs if (g := growth(run, stack, step)) is not None}
                 mean, stderr = mean_stderr(list(per_run.values()))
-                rows.append({"variant": variant.label, "stack": stack, "step_kind": kind, "step": step, "n": len(per_run),
-                             "mean": mean, "stderr": stderr, "per_run": json.dumps(per_run)})  # fmt: skip
+                rows.append({"variant": variant.label, "stack": stack, "site": site, "step_kind": kind, "step": step,
+                             "n": len(per_run), "mean": mean, "stderr": stderr, "per_run": json.dumps(per_run)})  # fmt: skip
     return rows
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from analysis.runs import BlockSite, Run, finite
-from model.metric_names import Metric, depth, n_enc_layers_seen, parse
+from model.metric_names import PRE_NORM_SITE, Metric, depth, n_enc_layers_seen, parse
 from training.renames import with_current_names
 
 RUN_CONFIG, RUN_RECORDS = "config.yaml", ("metrics.jsonl", "status.json")  # a run dir holds the first and one of the others
@@ -24,8 +24,13 @@ SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; no
 # telemetry (out/, optim/: one number per record) is kept as series.
 SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
 # (family, site, stat) of a block's metric -> the Run attribute holding it by depth: the stream leaving block i
-# (its RMS and kurtosis) and the block's gradient norm
-PROFILES = {("act", "out", "rms"): "rms", ("act", "out", "kurtosis"): "kurtosis", ("grad", None, "norm"): "grad"}
+# (its RMS and kurtosis), the sum entering its FFN's closing norm (its RMS) and the block's gradient norm
+PROFILES = {
+    ("act", "out", "rms"): "rms",
+    ("act", PRE_NORM_SITE["ffn"], "rms"): "pre_norm_rms",
+    ("act", "out", "kurtosis"): "kurtosis",
+    ("grad", None, "norm"): "grad",
+}
 # (family, stat) of a per-site block metric -> the Run attribute holding it by BlockSite
 SITE_PROFILES = {("attn", "max_logit"): "max_logit", ("weight", "sigma_max"): "sigma_max"}
 LAST_RECORD_ONLY = ("sigma_max",)  # the report shows the last record only: older ones are not kept in memory

@@ -39,7 +39,10 @@ class Run:
         config: the flattened config (``norm.kind`` -> ``"rmsnorm"``); empty if unreadable.
         series: metric -> [(step, value or None)] for ``train/``, ``val/``, ``test/``, ``perf/`` metrics and the
             stack-less telemetry (``out/logz``, ``out/max_logit``, ``optim/below_eps``).
-        rms: telemetry step -> depth -> RMS of the residual stream leaving that block.
+        rms: telemetry step -> depth -> RMS of the residual stream leaving that block (``act/{block}.out/rms``: the
+            output of the block's closing norm, gain applied, where its FFN fills ``norm_out``).
+        pre_norm_rms: telemetry step -> depth -> RMS of the sum entering that block's closing norm
+            (``act/{block}.ffn.norm_out.in/rms``), for the blocks whose FFN fills ``norm_out`` (post, deepnorm, ...).
         grad: telemetry step -> depth -> gradient norm of that block.
         kurtosis: telemetry step -> depth -> kurtosis of the residual stream leaving that block.
         max_logit: telemetry step -> attention -> its max logit (``attn/.../max_logit``).
@@ -55,6 +58,7 @@ class Run:
     config: dict[str, Any] = field(default_factory=dict)
     series: dict[str, list[tuple[int, float | None]]] = field(default_factory=dict)
     rms: dict[int, dict[int, float]] = field(default_factory=dict)
+    pre_norm_rms: dict[int, dict[int, float]] = field(default_factory=dict)
     grad: dict[int, dict[int, float]] = field(default_factory=dict)
     kurtosis: dict[int, dict[int, float]] = field(default_factory=dict)
     max_logit: dict[int, dict[BlockSite, float]] = field(default_factory=dict)

@@ -17,7 +17,10 @@ Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a 
   and do not parse).
 
 Block sites (``BLOCK_SITES``): ``in``, ``out``, a residual sublayer ``{r}`` (its branch output),
-a filled norm slot of it ``{r}.{slot}``, and an attention norm site ``{a}.{q_norm|k_norm|v_norm}``.
+a filled norm slot of it ``{r}.{slot}`` (that norm's output), the input of a filled ``norm_out``
+``{r}.norm_out.in`` (the residual sum before the closing norm: ``PRE_NORM_SITE``), and an attention
+norm site ``{a}.{q_norm|k_norm|v_norm}``. Whether each is read before or after a norm, and with its
+gain: docs/telemetry.md, "Metric names".
 The depth order runs over every encoder block, then every decoder block (:func:`depth`).
 
 A stat is defined here too: its name in ``STATS`` and its value from a site's raw sums
@@ -38,15 +41,21 @@ ATTENTIONS = ("self_attn", "cross_attn")
 NORM_SLOTS = ("norm_in", "norm_branch", "norm_out")  # a residual's norms
 ATTENTION_NORM_SITES = ("q_norm", "k_norm", "v_norm")  # per-head norms inside an attention
 STACK_SITES = ("embed", "final_norm")  # act sites of a whole stack (no block index)
+# The input of a residual's closing norm, x <- norm_out(alpha * x + F(.) [+ skip]): the stream before that norm.
+PRE_NORM_SITE = {r: f"{r}.norm_out.in" for r in RESIDUALS}  # residual -> its site
+PRE_NORM_SITES = tuple(PRE_NORM_SITE.values())
 BLOCK_SITES = (
     "in",
     "out",
     *RESIDUALS,
     *(f"{r}.{slot}" for r in RESIDUALS for slot in NORM_SLOTS),
+    *PRE_NORM_SITES,
     *(f"{a}.{site}" for a in ATTENTIONS for site in ATTENTION_NORM_SITES),
 )
-# act stats that exist at some sites only: token_cos at block outputs, saturation at a norm (recorded where it is DyT or DyISRU).
-ACT_STAT_SITES = {"token_cos": ("out",), "saturation": (*(s for s in BLOCK_SITES if "norm" in s), "final_norm")}
+# act stats that exist at some sites only: token_cos at block outputs, saturation at a norm's output (recorded where
+# it is DyT or DyISRU).
+_NORM_OUTPUT_SITES = (*(s for s in BLOCK_SITES if "norm" in s and s not in PRE_NORM_SITES), "final_norm")
+ACT_STAT_SITES = {"token_cos": ("out",), "saturation": _NORM_OUTPUT_SITES}
 # weight/: the matrices of a block, by residual and ``linear_roles()`` role (model/attention.py, model/layers.py).
 MATRIX_ROLES = ("attn.q", "attn.k", "attn.v", "attn.out", "ffn.in", "ffn.out")
 _MATRIX_SITES = {

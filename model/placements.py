@@ -90,8 +90,9 @@ def tfixup_scale(stack: str, n_enc_layers: int, n_dec_layers: int) -> float:
 
 
 def lns_factor(layer: int, n_layers: int) -> float:
-    """LayerNorm Scaling's factor on a block's input norms: 1 / sqrt(l), l the 1-based block index
-    (Sun et al. 2025, "The Curse of Depth in Large Language Models", arXiv 2502.05795, eq. 8)."""
+    """LayerNorm Scaling's factor on a block's input norms (and on a cross-attention's memory, the other norm
+    output it reads: ``model.residual.Residual``): 1 / sqrt(l), l the 1-based block index (Sun et al. 2025,
+    "The Curse of Depth in Large Language Models", arXiv 2502.05795, eq. 8)."""
     return layer**-0.5
 
 
@@ -182,7 +183,7 @@ class GateRule:
 class ResidualPlan:
     """What one residual sublayer builds (``model.residual.Residual``), resolved from its block's
     placement record and depth: the filled slots, alpha on the skip, a factor on the ``norm_in``
-    output, whether the skip starts from the ``norm_in`` output, and the branch gate as
+    output (and a cross-attention's memory), whether the skip starts from the ``norm_in`` output, and the branch gate as
     (per_channel, initial value) or None."""
 
     slots: Slots
@@ -210,7 +211,8 @@ class Placement:
         normed_skip: the skip starts from the ``norm_in`` output, ``x <- N(x) + F(N(x))``, in the
             sublayers that fill ``norm_in`` (HybridNorm's FFN).
         needs_qkv_norm: the block's attentions must normalize q, k and v (``norm.qk``, ``norm.v``).
-        in_scale: a factor on the ``norm_in`` output per block, (l, L) -> value (LayerNorm Scaling).
+        in_scale: a factor on the ``norm_in`` output and a cross-attention's memory per block, (l, L) -> value
+            (LayerNorm Scaling).
         gate: a learned scale on every branch output (ReZero, LayerScale); None: none.
         block_skip: the block input is added once more before the block's last norm (B2T).
         embed_scale: a factor on the stack's token embedding at init, per stack (T-Fixup); taken

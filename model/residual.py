@@ -3,7 +3,8 @@
 x is the residual stream (B, T, D); F is the sublayer (attention or FFN); N is the chosen norm.
 One block computes ``x <- norm_out(alpha * x + dropout(g * norm_branch(F(s * norm_in(x)))) [+ skip])``;
 its placement record, resolved for the sublayer and its depth (``Placement.plan``), says which slots
-hold a norm, alpha, the input-norm factor s (LayerNorm Scaling), whether the skip starts from
+hold a norm, alpha, the input factor s (LayerNorm Scaling: on ``norm_in(x)`` and on a cross-attention's
+memory, the other normalized input of that sublayer), whether the skip starts from
 ``norm_in(x)`` instead of x (HybridNorm's FFN), the learned gate g (ReZero, LayerScale), and whether
 the block input comes back as ``skip`` (B2T).
 
@@ -35,7 +36,15 @@ class Gate(nn.Module):
 
 class Residual(nn.Module):
     """``x <- norm_out(alpha * x + dropout(gate(norm_branch(branch(in_scale * norm_in(x), *context)))) [+ skip])``,
-    with ``norm_in(x)`` in place of the first x when the plan's ``normed_skip`` is set.
+    with ``norm_in(x)`` in place of the first x when the plan's ``normed_skip`` is set, and ``in_scale * memory``
+    in place of a cross-attention's memory (``context[0]`` when not None).
+
+    ``in_scale`` (LayerNorm Scaling, Sun et al. 2025, arXiv 2502.05795, eq. 8) scales every normalized input of
+    the sublayer: the official code (decoder-only) scales the norm output that its self-attention and FFN read; a
+    cross-attention also reads the memory, the encoder's final-norm output, and scaling both it and the queries
+    treats it as self-attention is treated (logits x s^2, values x s), so all three branches of a decoder block are
+    damped about alike (docs/norms.md, ``lns``). Scaling the queries only would shrink the logits and leave the
+    values, and so the branch output, nearly unscaled.
 
     Args:
         branch: the sublayer F; called as ``branch(normed_x, *context)``.
@@ -85,6 +94,8 @@ class Residual(nn.Module):
             x = h
         if self.in_scale != 1.0:
             h = h * self.in_scale
+            if context and context[0] is not None:  # a cross-attention's memory (self-attention passes None)
+                context = (context[0] * self.in_scale, *context[1:])
         y = x if self.alpha == 1.0 else x * self.alpha
         y = y + self.dropout(self.gate(self.norm_branch(self.branch(h, *context))))
         return self.norm_out(y if skip is None else y + skip)

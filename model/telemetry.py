@@ -12,11 +12,18 @@ site group     metric                                      tensor
 embed          ``act/{s}.embed/{stat}``                    embedding output (stack input)
 in             ``act/{s}.{i}.in/{stat}``                   residual stream entering block i
 branch         ``act/{s}.{i}.{r}/{stat}``                  branch output F(.) before dropout
-norm           ``act/{s}.{i}.{r}.{slot}/{stat}``           each norm's output
+norm           ``act/{s}.{i}.{r}.{slot}/{stat}``           each norm's output (gain applied)
 norm           ``act/{s}.{i}.{a}.{h}/{stat}``              each per-head q/k/v norm's output
 out            ``act/{s}.{i}.out/{stat}``                  residual stream leaving block i
+out            ``act/{s}.{i}.{r}.norm_out.in/{stat}``      the sum entering a filled norm_out
 final_norm     ``act/{s}.final_norm/{stat}``               the stack's final norm (pre, sandwich)
 =============  ==========================================  ===============================
+
+``out`` is the closing norm's output (gain applied) where the block's last residual fills
+``norm_out`` (post, deepnorm, admin, ...), so its RMS sits near the gain by construction;
+``{r}.norm_out.in`` is that norm's input, ``alpha * x + F(.) [+ skip]`` (``model/residual.py``),
+the stream as Xiong et al. 2020 (arXiv 2002.04745, Lemma 2) measure it before post-LN's LayerNorm.
+Before / after a norm and gain, site by site: docs/telemetry.md, "Metric names".
 
 Stats pool all n = (non-padding positions) * D elements of x of shape (B, L, D), or the
 n = (non-padding positions) * H * K elements of a per-head tensor (B, H, L, K) (queries: this
@@ -71,6 +78,7 @@ from model.metric_names import (
     ATTENTION_NORM_SITES,
     ATTENTIONS,
     NORM_SLOTS,
+    PRE_NORM_SITE,
     RESIDUALS,
     SITE_GROUPS,
     STACKS,
@@ -201,8 +209,9 @@ class Telemetry:
                 yield _Tap(stack, None, "final_norm", final, stack)
 
     def _block_taps(self, stack: str, i: int, layer: nn.Module) -> Iterator[_Tap]:
-        """The taps of block ``i``: its input and output, each residual's branch and norms, and the
-        per-head norms inside each attention (group ``norm``)."""
+        """The taps of block ``i``: its input and output, each residual's branch and norms, the
+        per-head norms inside each attention (group ``norm``), and the input of each filled
+        ``norm_out`` (group ``out``: the stream before the closing norm)."""
         groups = self.cfg.sites
         if "in" in groups:
             yield _Tap(stack, i, "in", layer, stack, on_input=True)
@@ -210,6 +219,8 @@ class Telemetry:
             residual = getattr(layer, r)
             if "branch" in groups:
                 yield _Tap(stack, i, r, residual.branch, stack)
+            if "out" in groups and not isinstance(residual.norm_out, nn.Identity):
+                yield _Tap(stack, i, PRE_NORM_SITE[r], residual.norm_out, stack, on_input=True)
             if "norm" not in groups:
                 continue
             for slot in (s for s in NORM_SLOTS if not isinstance(getattr(residual, s), nn.Identity)):
@@ -250,7 +261,8 @@ class Telemetry:
                     self._activation_stats(key, x.detach(), k, count[tap.positions], tap.features)
                     if "token_cos" in self.cfg.stats and tap.site in ACT_STAT_SITES["token_cos"]:
                         self._acts[key] |= _token_cos_sums(x.detach(), k)
-                    if "saturation" in self.cfg.stats and isinstance(mod, DyT | DyISRU):
+                    saturation = "saturation" in self.cfg.stats and tap.site in ACT_STAT_SITES["saturation"]
+                    if saturation and isinstance(mod, DyT | DyISRU):
                         self._acts[key]["saturated"] = _saturated(mod, args[0].detach(), k, tap.features)
 
             register = tap.module.register_forward_pre_hook if tap.on_input else tap.module.register_forward_hook

@@ -28,9 +28,10 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
 - ``runs.csv``, always: the per-run table unformatted, one row per run under its variant's label (the values behind
   the seed statistics: PER/WER as fractions, losses in nats).
 - ``depth_profile.csv`` and ``depth_growth.csv``, when a run recorded block telemetry (``analysis/depth.py``): every run's
-  residual RMS, gradient norm and kurtosis per (step, block), and per variant each stack's growth (RMS leaving its last
-  block / its first) at the first and last telemetry record, mean ± stderr over seeds, shown as a table under the
-  depth charts (columns: docs/sweeps.md, "Depth CSVs").
+  residual RMS, gradient norm and kurtosis per (step, block), and per variant each stack's growth (the residual
+  stream's RMS at its last block / its first, read before a block's closing norm where it has one) at the first and
+  last telemetry record, mean ± stderr over seeds, shown as a table under the depth charts (columns: docs/sweeps.md,
+  "Depth CSVs").
 - with an LR axis (a family of runs differing only in seed and ``optim.lr`` at two or more LRs), the LR
   sensitivity (Wortsman et al. 2023; ``analysis/lrs.py``, docs/sweeps.md): a table after the variant table,
   the charts that have data (``analysis/lr_panels.py``: ``lr_loss.png``, ``lrs.png``,
@@ -454,8 +455,10 @@ def growth_html(rows: list[dict[str, object]]) -> str:
 
     columns = [("variant", "variant", lambda v: (v, v)), *(column(s, k) for s in STACKS for k in STEP_KINDS)]
     note = (
-        '<h3>Depth growth</h3>\n<p class="note">The RMS of the residual stream leaving a stack\'s last block / leaving '
-        "its first block, at the variant's first telemetry record (step 1 by default: at initialization) and its last, "
+        '<h3>Depth growth</h3>\n<p class="note">The RMS of the residual stream at a stack\'s last block / at its first '
+        "block, read before the block's closing norm where its FFN has one (the sum entering it, "
+        "<code>ffn.norm_out.in</code>) and leaving the block otherwise (<code>out</code>; the <code>site</code> column "
+        "of the CSV), at the variant's first telemetry record (step 1 by default: at initialization) and its last, "
         'mean ± stderr over the runs recorded there (n). Per run: <a href="depth_growth.csv">depth_growth.csv</a>; '
         'every run, step and block: <a href="depth_profile.csv">depth_profile.csv</a>.</p>'
     )

@@ -46,7 +46,7 @@ def reference_greedy(model: EncoderDecoder, src: torch.Tensor, max_len: int) -> 
 
 
 @pytest.mark.parametrize(("placement", "positions"), [("pre", "sinusoidal"), ("post", "learned"), ("sandwich", "sinusoidal"),
-                                                      ("deepnorm", "sinusoidal")])  # fmt: skip
+                                                      ("deepnorm", "sinusoidal"), ("lns", "sinusoidal")])  # fmt: skip
 def test_cached_decoder_logits_equal_full_recomputation(placement, positions):
     model = make_model(placement, positions)
     src = padded_src()

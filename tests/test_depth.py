@@ -153,3 +153,46 @@ def test_runs_without_telemetry_get_no_depth_csvs_and_no_table(tmp_path: Path) -
     assert not (path.parent / "depth_profile.csv").exists() and not (path.parent / "depth_growth.csv").exists()
     assert table(page, "data-growth")[0] == {} and "depth_growth.csv" not in page
     assert (path.parent / "summary.csv").is_file()
+
+
+def stream_rows(step: int, out: dict[str, list[float]], pre_norm: dict[str, list[float | None]]) -> dict:
+    """A telemetry record: ``act/{stack}.{i}.out/rms`` from ``out`` and ``act/{stack}.{i}.ffn.norm_out.in/rms`` from
+    ``pre_norm`` where not None."""
+    row: dict = {"step": step}
+    for stack, values in out.items():
+        row |= {f"act/{stack}.{i}.out/rms": v for i, v in enumerate(values)}
+    for stack, values in pre_norm.items():
+        row |= {f"act/{stack}.{i}.ffn.norm_out.in/rms": v for i, v in enumerate(values) if v is not None}
+    return row
+
+
+@pytest.fixture(scope="module")
+def by_placement(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], dict[str, str]]:
+    """One run (3 encoder, 2 decoder blocks, one record at step 1) per kind of block, as telemetry records them:
+    post-LN (``out`` 1 everywhere, the sum entering each closing norm 1.2, 1.5, 1.8 and 1.25, 2.5), pre-LN (only ``out``:
+    1, 1.5, 2 and 1, 2), Mix-LN with block 0 of each stack post-LN (sum 2 then ``out`` 1.5, 3; sum 1.25 then ``out``
+    5), and a post-LN run written before the pre-norm site existed (``out`` only, all 1). Returns depth_growth.csv's
+    rows by (placement, stack, step_kind)."""
+    root = tmp_path_factory.mktemp("by_placement")
+    records = {
+        "post": stream_rows(1, {"enc": [1.0] * 3, "dec": [1.0] * 2}, {"enc": [1.2, 1.5, 1.8], "dec": [1.25, 2.5]}),
+        "pre": stream_rows(1, {"enc": [1.0, 1.5, 2.0], "dec": [1.0, 2.0]}, {}),
+        "mix_ln": stream_rows(1, {"enc": [1.0, 1.5, 3.0], "dec": [1.0, 5.0]}, {"enc": [2.0, None, None], "dec": [1.25]}),
+        "admin": stream_rows(1, {"enc": [1.0] * 3, "dec": [1.0] * 2}, {}),
+    }
+    for placement, row in records.items():
+        write_run(root / placement, config(placement, "layernorm", 0, **{"model.n_enc_layers": 3}), [row], finished(0.1))
+    report.build_report([root], root / "report")
+    rows = read_csv(root / "report" / "depth_growth.csv")
+    return {(r["variant"].split()[0].split("=")[1], r["stack"], r["step_kind"]): r for r in rows}
+
+
+def test_growth_reads_the_sum_before_a_closing_norm_and_out_elsewhere(by_placement: dict) -> None:
+    got = {(p, stack): (r["site"], float(r["mean"])) for (p, stack, kind), r in by_placement.items() if kind == "first"}
+    assert got["post", "enc"] == ("ffn.norm_out.in", pytest.approx(1.8 / 1.2))  # not out's 1 / 1
+    assert got["post", "dec"] == ("ffn.norm_out.in", 2.0)
+    assert got["pre", "enc"] == ("out", 2.0) and got["pre", "dec"] == ("out", 2.0)
+    assert got["mix_ln", "enc"] == ("ffn.norm_out.in->out", 1.5)  # out of block 2 / sum entering block 0's norm
+    assert got["mix_ln", "dec"] == ("ffn.norm_out.in->out", 4.0)
+    assert got["admin", "enc"] == ("out", 1.0)  # recorded without the site: out, and the CSV says so
+    assert tuple(by_placement["post", "enc", "first"]) == GROWTH_COLUMNS

@@ -12,7 +12,17 @@ import torch.nn.functional as F
 
 from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.metric_names import ACT_STAT_SITES, ATTENTION_NORM_SITES, FAMILY_STATS, SITE_GROUPS, WEIGHT_SITES, depth_profile, parse
+from model.metric_names import (
+    ACT_STAT_SITES,
+    ATTENTION_NORM_SITES,
+    BLOCK_SITES,
+    FAMILY_STATS,
+    SITE_GROUPS,
+    STACK_SITES,
+    WEIGHT_SITES,
+    depth_profile,
+    parse,
+)
 from model.telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
 from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
@@ -256,6 +266,15 @@ def test_xiong_lemma2_pre_ln_stream_grows_with_depth_post_ln_stays_flat():
         assert all(abs(r - 1.0) < 1e-3 for r in post), post  # each block ends in LN(gamma=1, beta=0)
 
 
+def test_xiong_lemma2_post_ln_stream_before_its_layernorm_is_flat_but_not_unit():
+    """Lemma 2 is about the LayerNorm input x + F(x): in post-LN its scale does not grow with depth either, but it is
+    not the LayerNorm output's 1 (at this init about 1.2: x of RMS 1 plus a ReLU FFN's output)."""
+    for stack in ("enc", "dec"):
+        post = mean_over_seeds("post", f"act/{stack}.{{i}}.ffn.norm_out.in/rms")
+        assert all(1.1 < r < 1.45 for r in post), post
+        assert 0.85 < post[-1] / post[0] < 1.15, post
+
+
 def test_xiong_fig3_post_ln_gradients_grow_toward_the_output_pre_ln_do_not():
     post = mean_over_seeds("post", "grad/dec.{i}/norm")
     pre = mean_over_seeds("pre", "grad/dec.{i}/norm")
@@ -368,9 +387,9 @@ SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "logits", "wei
 
 def test_docs_metric_names_table_is_what_each_group_records():
     rows = [[c.strip("`") for c in row] for row in doc_table("recorded by")]
-    assert len(rows) == 20
-    # Between them, every kind of site: q/k/v norms, residual gates, an l2 QK-norm temperature.
-    models = [make("sandwich", qk="rmsnorm", v="layernorm"), make("layerscale", qk="l2")]
+    assert len(rows) == 21
+    # Between them, every kind of site: q/k/v norms, residual gates, an l2 QK-norm temperature, closing norms.
+    models = [make("sandwich", qk="rmsnorm", v="layernorm"), make("layerscale", qk="l2"), make("post")]
     for group in dict.fromkeys(row[0] for row in rows):
         flags = {flag: group == flag for flag in SWITCHES}
         cfg = TelemetryConfig(every=1, sites=(group,) if group in SITE_GROUPS else (), **flags)
@@ -380,6 +399,14 @@ def test_docs_metric_names_table_is_what_each_group_records():
             assert example in stats and regex.fullmatch(example) and parse(example), (group, example)
         for key in stats:  # every name the group records has its row, and parses back
             assert any(regex.fullmatch(key) for regex, _ in patterns) and parse(key).name == key, (group, key)
+
+
+def test_docs_say_for_every_act_site_whether_it_is_read_before_or_after_a_norm():
+    rows = doc_table("act site")
+    patterns = [doc_pattern(name) for row in rows for name in re.findall(r"`([^`]+)`", row[0])]
+    for site in (*STACK_SITES, *BLOCK_SITES):
+        assert sum(bool(p.fullmatch(site)) for p in patterns) == 1, site
+    assert all(row[1] and row[2] for row in rows)  # before / after, and the gain
 
 
 # Issue 13: the variants' norm sites (placement, its norm keys). rezero and tfixup have no norm site.
@@ -433,3 +460,46 @@ def test_every_variant_norm_site_is_watched_and_equals_hand_computation(placemen
     if placement.startswith("hybrid"):
         assert {"act/enc.1.self_attn.q_norm/rms", "act/dec.1.cross_attn.v_norm/rms"} <= stats.keys()
         assert "act/enc.1.self_attn.norm_in/rms" not in stats  # HybridNorm: no norm on the attention input
+
+
+@pytest.mark.parametrize("placement", ["post", "deepnorm"])
+def test_pre_norm_site_is_the_sum_entering_the_closing_norm(placement):
+    """``{r}.norm_out.in`` is alpha * x + F(x) before the closing LayerNorm (alpha 1 for post-LN, DeepNet's for
+    deepnorm), over real positions; ``out``, that LayerNorm's output at init (gain 1, bias 0), has RMS 1."""
+    model = make(placement).eval()
+    src, tgt_in, tgt_out = batch()
+    stats = record(model, src, tgt_in, tgt_out)
+    keep = ~src.eq(0)
+    block = model.encoder[1]
+    with torch.no_grad():
+        x = model.encoder[0](model.src_embed(src), src.eq(0))
+        attn_sum = block.self_attn.alpha * x + block.self_attn.branch(x, None, src.eq(0))
+        h = block.self_attn.norm_out(attn_sum)
+        ffn_sum = block.ffn.alpha * h + block.ffn.branch(h)
+    assert block.ffn.alpha == (1.0 if placement == "post" else pytest.approx(0.81 * 32 ** (1 / 16)))  # N = M = 2
+    for site, total in (("self_attn", attn_sum), ("ffn", ffn_sum)):
+        want = total[keep].pow(2).mean().sqrt().item()
+        assert stats[f"act/enc.1.{site}.norm_out.in/rms"] == pytest.approx(want, rel=1e-5)
+        assert abs(want - 1) > 0.03  # not a LayerNorm output (post: 1.26 and 1.28; deepnorm: 1.031 and 1.12)
+    assert stats["act/enc.1.ffn.norm_out.in/maxabs"] == pytest.approx(ffn_sum[keep].abs().max().item(), rel=1e-6)
+    assert stats["act/enc.1.out/rms"] == pytest.approx(1.0, abs=1e-4)
+    assert stats["act/enc.1.ffn.norm_out/rms"] == stats["act/enc.1.out/rms"]  # the closing norm's output is the block's
+
+
+@pytest.mark.parametrize("placement", ["post", "pre", "admin", "keel", "b2t", "mix_ln", "res_post", "hybrid"])
+def test_pre_norm_site_is_recorded_exactly_where_norm_out_is_filled(placement):
+    keys = {"kind": "rmsnorm", "qk": "rmsnorm", "v": "rmsnorm"} if placement == "hybrid" else {"mix_ln_alpha": 0.5}
+    model = make(placement, **keys)
+    filled = {
+        f"{name.split('.')[0][:3]}.{'.'.join(name.split('.')[1:-1])}"  # encoder.0.ffn.norm_out -> enc.0.ffn
+        for name, m in model.named_modules()
+        if name.endswith("norm_out") and not isinstance(m, torch.nn.Identity)
+    }
+    stats = record(model, *batch())
+    seen = {k.split("/")[1].removesuffix(".norm_out.in") for k in stats if k.endswith(".norm_out.in/rms")}
+    assert seen == filled
+    expected = {"post": 10, "admin": 10, "keel": 10, "b2t": 10, "mix_ln": 5}.get(placement, 0)  # 2 + 3 residuals per block
+    assert len(seen) == expected
+    out_only = record(model, *batch(), cfg=TelemetryConfig(every=1, sites=("out",), stats=("rms",)))
+    assert {k for k in out_only if "norm_out.in" in k} == {f"act/{r}.norm_out.in/rms" for r in seen}  # group out
+    assert not any("norm_out.in" in k for k in record(model, *batch(), cfg=TelemetryConfig(every=1, sites=("norm",))))
