@@ -27,9 +27,9 @@ from data.batching import train_stream
 from model import ModelConfig
 from training import distributed
 from training.checkpoint import LATEST
+from training.cli import check_args, resume_command
 from training.flops import train_flops
 from training.interrupt import RunInterrupted, StopRequest, read_stop, request_stop
-from training.renames import renamed_override
 from training.run import final_test, log_init_loss, save_run, start_run, validate_run
 from training.schema import validate
 from training.status import DONE, read_status, write_status
@@ -62,7 +62,10 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
         print(f"normlab: {run_dir} already {status['state']} at step {status['step']}; skipped (train.resume=null reruns it)")
         return status.get("test", {})
     try:
-        return _train(cfg, run_dir, is_main)
+        try:
+            return _train(cfg, run_dir, is_main)
+        except KeyboardInterrupt:  # Ctrl-C outside a training step (start-up, the final test) or a second one
+            raise RunInterrupted(f"stopped by SIGINT; {resume_hint(run_dir)}", signal.SIGINT) from None
     except BaseException as e:
         # A run that fails before training in a dir holding a finished run leaves that run's record
         # alone; otherwise the dir says what happened (config.yaml too, so reports list the run).
@@ -129,11 +132,11 @@ def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     return test
 
 
-def resume_command(run_dir: Path) -> str:
-    """The command line that continues this run (its Hydra overrides, pointed at its run dir)."""
-    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
-    kept = [o for o in overrides if not o.startswith(("hydra.run.dir=", "train.resume="))]
-    return " ".join(["python train.py", *kept, f"hydra.run.dir={run_dir}"])
+def resume_hint(run_dir: Path) -> str:
+    """How to go on with a run stopped outside a training step: from its checkpoint, or afresh."""
+    if not (run_dir / LATEST).is_file():
+        return f"nothing to resume (no checkpoint yet); rerun with: {resume_command(run_dir)}"
+    return f"checkpoint {run_dir / LATEST} (step {read_status(run_dir).get('step')}); continue with: {resume_command(run_dir)}"
 
 
 def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, metric_rows: list[tuple[str, str]]) -> None:
@@ -179,8 +182,7 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv = distributed.strip_local_rank(sys.argv)  # legacy launchers' --local-rank=N
-    if renamed := renamed_override(sys.argv[1:]):  # Hydra's own error would not name the new key
-        sys.exit(f"normlab: error: {renamed}")
+    check_args(sys.argv[1:])  # mistakes whose Hydra error would not say what to write instead
     distributed.init_from_env()
     try:
         main()

@@ -241,7 +241,8 @@ def test_a_checkpoint_with_the_old_key_names_resumes_reporting_only_real_changes
     capsys.readouterr()
     test = train_module.train(make_cfg("trainer.max_steps=3", *small), tmp_path)
     out = capsys.readouterr().out
-    assert "at step 2 with changed settings: trainer.max_steps: checkpoint 2, this run 3\n" in out
+    changed = "with changed settings: trainer.max_steps: checkpoint 2, this run 3"
+    assert f"resuming from step 2 (checkpoint {tmp_path / 'checkpoint.pt'}) {changed}\n" in out
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3 and 0 <= test["test/wer"] <= 1
 
 

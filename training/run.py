@@ -139,8 +139,9 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
         set_rng_state(ckpt["rng"], distributed.rank(), world, device)
         state = {"step": ckpt["step"], "data_position": tuple(ckpt["data_position"]), "counters": ckpt["counters"],
                  "last_good": f"{resumed_from} (step {ckpt['step']})"}  # fmt: skip
-        if changed := config_diff(ckpt["config"], OmegaConf.to_container(cfg, resolve=True)):
-            print(f"normlab: resuming {resumed_from} at step {ckpt['step']} with changed settings: {changed}")
+        changed = config_diff(ckpt["config"], OmegaConf.to_container(cfg, resolve=True))
+        print(f"normlab: resuming from step {ckpt['step']} (checkpoint {resumed_from})"
+              + (f" with changed settings: {changed}" if changed else ""))  # fmt: skip
         if "spikes" in ckpt:  # absent from checkpoints written before spike scores: those then cover the steps after it
             state["spikes"] = RunSpikes()
             state["spikes"].load_state_dict(ckpt["spikes"])

@@ -24,6 +24,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from training.cli import continue_command
 from training.interrupt import StopRequest, read_stop, request_stop
 from training.status import read_status
 
@@ -78,13 +79,6 @@ def summarize(sweep_dir: Path) -> tuple[str, int]:
     return "\n".join([f"sweep {sweep_dir}: {len(rows)} jobs, {failed} failed", *lines]), failed
 
 
-def continue_command(config: DictConfig) -> str:
-    """The command line that continues the sweep (its overrides, then Hydra's, pointed at its sweep dir)."""
-    overrides = [*config.hydra.overrides.task, *config.hydra.overrides.hydra]
-    kept = [o for o in overrides if not o.startswith(("hydra.sweep.dir=", "hydra.mode="))]  # -m sets the mode
-    return " ".join(["python train.py -m", *kept, f"hydra.sweep.dir={config.hydra.sweep.dir}"])
-
-
 class SweepSummary(Callback):
     """Stops the sweep on SIGINT or SIGTERM (module docstring); prints :func:`summarize` when a
     multirun ends; exit status 128 + signal if it was stopped, else 1 if a job failed."""
@@ -110,8 +104,8 @@ class SweepSummary(Callback):
         table, failed = summarize(Path(config.hydra.sweep.dir))
         print(table)
         if signum := read_stop(Path(config.hydra.sweep.dir) / STOP_FILE):
-            print(f"normlab: sweep stopped by {signal.Signals(signum).name}; continue with: {continue_command(config)}",
-                  file=sys.stderr)  # fmt: skip
+            again = continue_command(config.hydra, config.hydra.sweep.dir)
+            print(f"normlab: sweep stopped by {signal.Signals(signum).name}; continue with: {again}", file=sys.stderr)
             sys.exit(128 + signum)
         if failed:
             sys.exit(1)

@@ -1,0 +1,160 @@
+"""The command line around Hydra (training/cli.py): argument checks before Hydra, a run dir that cannot be
+created, printed resume commands that paste as they are, and Ctrl-C during start-up (issues 20 and 21)."""
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+import train as train_module
+from model.norms import NORM_KINDS
+from tests.conftest import ROOT
+from training.checkpoint import LATEST
+from training.cli import check_args, command, presets, sweep_preset_warning
+
+SMOKE = ["model=tiny", "trainer=smoke", "logger=none"]
+
+
+def train_py(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+@pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])
+@pytest.mark.parametrize("where", ["proc", "under_a_file"])
+def test_a_run_dir_that_cannot_be_created_is_one_line_naming_it_and_why(tmp_path, where, multirun):
+    (tmp_path / "afile").write_text("")
+    cases = {"proc": ("/proc/x", "No such file or directory"), "under_a_file": (tmp_path / "afile" / "run", "Not a directory")}
+    bad, reason = cases[where]
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    done = train_py(*(["-m"] if multirun else []), *SMOKE, f"{key}={bad}", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"normlab: error: cannot create run dir '{bad}': {reason}"
+
+
+@pytest.mark.parametrize("kind", NORM_KINDS)
+def test_a_norm_kind_given_as_norm_names_norm_kind_and_the_presets(kind, capsys):
+    with pytest.raises(SystemExit) as stop:
+        check_args(["model=tiny", f"norm={kind}"])
+    assert stop.value.code == (
+        f"normlab: error: norm={kind} is not a preset; did you mean norm.kind={kind} (the norm kind, on the default "
+        f"placement) or a preset such as norm=pre_ln? presets: {', '.join(presets('norm'))}"
+    )
+    check_args(["norm=pre_ln", f"norm.kind={kind}"])  # the axis itself, and a preset, pass
+    assert capsys.readouterr() == ("", "")
+
+
+def test_cli_norm_layernorm_exits_1_with_one_line_before_hydra_runs(tmp_path):
+    done = train_py(*SMOKE, "norm=layernorm", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("normlab: error: norm=layernorm is not a preset; did you mean norm.kind=layernorm")
+    assert "\n" not in done.stderr.strip() and not (tmp_path / "outputs").exists()
+
+
+def test_a_sweep_preset_without_multirun_warns_that_one_run_trains(capsys):
+    warning = sweep_preset_warning(["+experiment=norm_ablation", "model=tiny"])
+    assert warning == (
+        "+experiment=norm_ablation is a sweep preset; without -m only one run (its base config) trains: add -m to run the sweep"
+    )
+    check_args(["+experiment=norm_ablation"])
+    assert capsys.readouterr().err == f"normlab: warning: {warning}\n"
+    assert sweep_preset_warning(["-m", "+experiment=norm_ablation"]) is None
+    assert sweep_preset_warning(["+experiment=norm_ablation", "hydra.run.dir=multirun/x/norm=pre_ln,seed=0"]) is None  # one job
+    assert sweep_preset_warning(["+experiment=iwslt_de_en"]) is None  # a recipe, not a sweep
+
+
+@pytest.fixture(scope="module")
+def help_text() -> str:
+    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_help_names_normlab_the_norm_axes_the_presets_and_the_docs(help_text):
+    assert help_text.startswith("normlab: an encoder-decoder Transformer lab")
+    kinds = re.search(r"norm\.kind \(([^)]*)\)", help_text).group(1)
+    assert kinds.split(", ") == list(NORM_KINDS)
+    assert "A preset\n(norm=pre_ln, the default) sets all of them at once" in help_text
+    (norm,) = [line for line in help_text.splitlines() if line.startswith("norm: ")]  # Hydra's group listing stays
+    assert norm.removeprefix("norm: ").split(", ") == presets("norm")
+    for doc in ("README.md", "docs/config.md", "docs/norms.md", "docs/sweeps.md"):
+        assert doc in help_text and (ROOT / doc).is_file()
+    assert "Powered by Hydra" not in help_text
+
+
+@pytest.mark.parametrize("run_dir", ["/tmp/s/norm=post_ln,seed=1", "/tmp/a b/it's", "/tmp/x[1]/{y}:z", "outputs/plain-dir_1.2"])
+def test_a_printed_command_gives_hydra_the_run_dir_unchanged(run_dir):
+    line = command(["norm=post_ln", "seed=0,1"], "hydra.sweep.dir", run_dir)
+    words = shlex.split(line)
+    assert words[:5] == ["python", "train.py", "-m", "norm=post_ln", "seed=0,1"]
+    (override,) = OverridesParser.create().parse_overrides(words[5:])
+    assert override.key_or_group == "hydra.sweep.dir" and override.value() == run_dir
+
+
+def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_path):
+    # issue 21 item 1: the job's run dir holds "=" and ","; the command once failed in Hydra's parser.
+    sweep_dir = tmp_path / "s"
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SMOKE, "trainer.max_steps=60", "trainer.log_every=1",
+           f"hydra.sweep.dir={sweep_dir}"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not ((m := next(sweep_dir.glob("*/metrics.jsonl"), None)) and '"train/loss"' in m.read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    job_dir = m.parent
+    assert "=" in job_dir.name and "," in job_dir.name
+    (line,) = [line for line in stderr.splitlines() if line.startswith("normlab: stopped by SIGTERM after step")]
+    job_cmd, sweep_cmd = re.fullmatch(r".*; continue with: (.*); the whole sweep: (.*)", line).groups()
+    assert job_cmd.endswith(f"\"hydra.run.dir='{job_dir}'\"")
+    overrides = " ".join([*SMOKE, "trainer.max_steps=60", "trainer.log_every=1"])
+    assert sweep_cmd == f"python train.py -m {overrides} hydra.sweep.dir={sweep_dir}"
+    status = json.loads((job_dir / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["error"] == f"RunInterrupted: {line.removeprefix('normlab: ')}"
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    resumed = subprocess.run(["bash", "-c", job_cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"normlab: resuming from step {status['step']} (checkpoint {job_dir / LATEST})\n" in resumed.stdout
+    assert json.loads((job_dir / "status.json").read_text())["state"] == "finished"
+    again = subprocess.run(["bash", "-c", sweep_cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already finished at step 60; skipped" in again.stdout and "1 jobs, 0 failed" in again.stdout
+
+
+def test_ctrl_c_during_start_up_is_one_line_and_exits_130(tmp_path):
+    # issue 21 item 2: a SIGINT before the loop once printed a KeyboardInterrupt traceback and no resume line.
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *SMOKE, f"hydra.run.dir={run_dir}"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (run_dir / ".hydra" / "overrides.yaml").exists():  # written by Hydra just before it calls the job
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert [line for line in stderr.splitlines() if line.startswith("normlab:")] == [
+        f"normlab: stopped by SIGINT; nothing to resume (no checkpoint yet); rerun with: python train.py {' '.join(SMOKE)} "
+        f"hydra.run.dir={run_dir}"
+    ]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
+
+
+def test_the_resume_hint_names_the_checkpoint_when_there_is_one(tmp_path):
+    (tmp_path / LATEST).write_bytes(b"")
+    (tmp_path / "status.json").write_text(json.dumps({"state": "running", "step": 10}))
+    assert train_module.resume_hint(tmp_path) == (
+        f"checkpoint {tmp_path / LATEST} (step 10); continue with: python train.py hydra.run.dir={tmp_path}"
+    )

@@ -1,0 +1,130 @@
+"""The command line of ``train.py`` around Hydra: checks of the arguments before Hydra reads them,
+the run dir check, and the commands a run prints to continue it.
+
+``check_args`` runs before Hydra: an override that sets a renamed key, and ``norm=<a norm kind>``
+(the likeliest mistake: ``norm`` picks a preset, ``norm.kind`` the kind), stop with one line that
+Hydra's own error would not give; ``+experiment=<a sweep preset>`` without ``-m`` warns that only
+one run trains. :class:`RunDirCheck` (a Hydra callback) stops with one line when the run or sweep
+dir cannot be created, before Hydra's traceback would. :func:`resume_command` and
+:func:`continue_command` quote every argument for a POSIX shell and the dir for Hydra's override
+grammar, so the printed command pastes as it is.
+"""
+
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from model.norms import NORM_KINDS
+from training.renames import renamed_override
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+MULTIRUN_FLAGS = ("-m", "--multirun")
+_PLAIN = re.compile(r"[\w/.:@%+~-]+")  # a value Hydra's override grammar reads as it is (no quotes needed)
+
+
+def presets(group: str) -> list[str]:
+    """The preset names of a config group (``conf/<group>/*.yaml``), sorted."""
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def norm_kind_as_preset(args: list[str]) -> str | None:
+    """The error for ``norm=<kind>`` (a norm kind given where a preset is expected), else None."""
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key == "norm" and value in NORM_KINDS and value not in presets("norm"):
+            return (f"norm={value} is not a preset; did you mean norm.kind={value} (the norm kind, on the default "
+                    f"placement) or a preset such as norm=pre_ln? presets: {', '.join(presets('norm'))}")  # fmt: skip
+    return None
+
+
+def sweep_preset_warning(args: list[str]) -> str | None:
+    """The warning for ``+experiment=<name>`` of a sweep preset (one with ``hydra.sweeper.params``) without
+    ``-m``: only its base config trains. None with ``-m``, and with ``hydra.run.dir=`` (one job of the
+    sweep, e.g. a printed resume command)."""
+    if any(a in MULTIRUN_FLAGS or a.startswith("hydra.run.dir=") for a in args):
+        return None
+    for arg in args:
+        key, _, name = arg.lstrip("+").partition("=")
+        path = CONF / "experiment" / f"{name}.yaml"
+        if key == "experiment" and path.is_file() and OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params"):
+            return (f"+experiment={name} is a sweep preset; without -m only one run (its base config) trains: "
+                    f"add -m to run the sweep")  # fmt: skip
+    return None
+
+
+def check_args(args: list[str]) -> None:
+    """Exit with one line for a renamed key or ``norm=<kind>``; print a warning for a sweep preset
+    without ``-m`` (module docstring). Run before Hydra reads ``args``."""
+    if error := renamed_override(args) or norm_kind_as_preset(args):
+        sys.exit(f"normlab: error: {error}")
+    if warning := sweep_preset_warning(args):
+        print(f"normlab: warning: {warning}", file=sys.stderr)
+
+
+class RunDirCheck(Callback):
+    """Creates the run dir (the sweep dir of a multirun) before Hydra does, so that one that cannot be
+    created (``/proc/x``, a path under a file, a read-only parent) stops with one line naming it and why."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _create(config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _create(config.hydra.sweep.dir)
+
+
+def _create(run_dir: str) -> None:
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        sys.exit(f"normlab: error: cannot create run dir '{run_dir}': {e.strerror or e}")
+
+
+def hydra_quoted(value: str) -> str:
+    """``value`` as an override value Hydra reads back unchanged: as it is when plain, else single-quoted."""
+    if _PLAIN.fullmatch(value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def shell_quoted(arg: str) -> str:
+    """``arg`` as one word of a POSIX shell; one holding Hydra's quotes in double quotes, where that is enough
+    (``"hydra.run.dir='a=b,c'"`` reads better than shlex's ``'hydra.run.dir='"'"'a=b,c'"'"''``)."""
+    if "'" in arg and not set('"$`\\!') & set(arg):
+        return f'"{arg}"'
+    return shlex.quote(arg)
+
+
+def command(overrides: list[str], dir_key: str, run_dir: str | Path, drop: tuple[str, ...] = ()) -> str:
+    """``python train.py [-m] <overrides> <dir_key>=<run_dir>`` for a POSIX shell (``-m`` for a sweep dir);
+    overrides that set ``dir_key``, ``hydra.mode`` or start with one of ``drop`` are left out."""
+    multirun = ["-m"] if dir_key == "hydra.sweep.dir" else []
+    kept = [o for o in overrides if not o.startswith((f"{dir_key}=", "hydra.mode=", *drop))]
+    args = [*kept, f"{dir_key}={hydra_quoted(str(run_dir))}"]
+    return " ".join(["python train.py", *multirun, *map(shell_quoted, args)])
+
+
+def continue_command(hydra: DictConfig, sweep_dir: str | Path) -> str:
+    """The command line that continues a sweep from the ``hydra`` node of its multirun config (its
+    overrides, then Hydra's, pointed at ``sweep_dir``); a sweep re-run skips finished jobs, resumes the rest."""
+    return command([*hydra.overrides.task, *hydra.overrides.hydra], "hydra.sweep.dir", sweep_dir)
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command line that continues this run (its Hydra overrides, pointed at its run dir); for a job of
+    a sweep also the one that continues the whole sweep."""
+    if not HydraConfig.initialized():
+        return command([], "hydra.run.dir", run_dir)
+    hc = HydraConfig.get()
+    sweep = ("hydra.sweep.", "hydra/launcher=", "hydra.launcher.")  # a single run has no sweep and no launcher
+    job = command([*hc.overrides.task, *hc.overrides.hydra], "hydra.run.dir", run_dir, drop=("train.resume=", *sweep))
+    multirun = Path(hc.sweep.dir) / "multirun.yaml"  # the sweep's config, written by Hydra's sweeper
+    if hc.mode != RunMode.MULTIRUN or not multirun.is_file():
+        return job
+    return f"{job}; the whole sweep: {continue_command(OmegaConf.load(multirun).hydra, hc.sweep.dir)}"
