@@ -51,9 +51,20 @@ def test_the_mean_and_std_are_over_the_last_1000_values_only():
     assert scored(values, window=1500).spikes == 0
 
 
-def test_a_jump_above_a_constant_series_is_a_spike_and_a_repeat_of_it_is_not():
-    assert scored([1.0] * 100 + [1.0]).spikes == 0
-    assert scored([1.0] * 100 + [1.5]).spikes == 1
+@pytest.mark.parametrize(
+    ("history", "value", "spikes"),
+    [
+        ([1.0] * 100, 1.0, 0),  # a repeat of the constant
+        ([1.0] * 100, 1.5, 1),  # any jump above a constant history (OLMo-core: std 0 < 1e-10, never a spike)
+        ([1.0] * 100, 1.0 + 1e-9, 1),
+        ([1.0] * 99, 1.5, 0),  # one value short of the minimum history: not scored
+        (steady(100, -1e-12, 1e-12), 1e-11, 1),  # 10 std above a nearly constant history (OLMo-core: std < 1e-10, none)
+        (steady(100, -1e-12, 1e-12), 6.9e-12, 0),  # below 7 std, however small the std
+    ],
+)
+def test_a_constant_or_nearly_constant_history_of_100_values_scores_jumps_by_the_same_rule(history, value, spikes):
+    score = scored([*history, value])
+    assert (score.spikes, score.steps) == (spikes, len(history) + 1)
 
 
 def test_a_non_finite_value_is_a_spike_and_stays_out_of_the_window():

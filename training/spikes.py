@@ -4,11 +4,13 @@ jumps far above the values before it.
 Source: OLMo 2 (Team OLMo 2024, "2 OLMo 2 Furious", arXiv 2501.00656, the section on training
 stability): the spike score is the percentage of values in a series that are at least seven
 standard deviations away from a rolling average of the last 1000 values; they report it for the
-training loss and the gradient norm. What the paper leaves open follows OLMo-core's own spike
-monitor (allenai/OLMo-core, ``src/olmo_core/train/callbacks/stability_monitor.py``,
+training loss and the gradient norm. Three things the paper leaves open are settled as OLMo-core's
+spike monitor settles them (allenai/OLMo-core, ``src/olmo_core/train/callbacks/stability_monitor.py``,
 ``StabilityMonitorCallback._is_spike``): the statistics are of the values *before* the step (the
 step's own value would inflate the std it is measured against), the standard deviation is the
 population one (ddof 0), and only jumps *above* the mean count (a sudden drop is no instability).
+The rest differs from that monitor (its window of 128, threshold of 6 std, constant-history rule,
+combined score): docs/telemetry.md, "normlab vs OLMo-core", names each difference.
 
 A few choices are normlab's, for runs far shorter than OLMo 2's (500-1000 steps, where a full
 1000-value window would never fill): the window grows from ``min_history`` values until it holds
