@@ -174,8 +174,9 @@ def test_training_is_bit_identical_with_telemetry_on_and_off_with_dropout(compil
         # adam_rms reads the training pass's gradients, where a key bias's is rounding noise (its exact
         # gradient is 0) that compiled and eager kernels round differently: at step 1 each such coordinate
         # adds some g^2 / eps^2 in [0, 1): the 32 (64) of an encoder (decoder) block's 8544 (12832)
-        # coordinates move its adam_rms by up to 0.19 % (0.25 %).
-        rel = 3e-3 if parse(key).stat == "adam_rms" else 1e-5
+        # coordinates move its adam_rms by up to 0.19 % (0.25 %). The same coordinates sit near AdamW's eps,
+        # so the two kernels put a few of them on either side of it: below_eps moved by 0.18 % on one machine.
+        rel = 3e-3 if parse(key).stat in ("adam_rms", "below_eps") else 1e-5
         assert on_stats[0][key] == pytest.approx(value, rel=rel, abs=1e-6), key
 
 
