@@ -141,3 +141,23 @@ def test_sigint_stops_a_parallel_sweep_with_checkpoints_and_the_same_command_res
         assert f"| {step}/40 [00:00<?" in again.stderr  # each job's progress starts at its checkpoint's step
     assert "| 0/40 [" not in again.stderr  # no job started over
     assert not (tmp_path / "s" / "STOP").exists()
+
+
+@pytest.mark.parametrize("launcher, stops", [(None, True), ("local_parallel", True), ("slurm", False)])
+def test_only_a_local_sweep_stops_as_a_whole(launcher, stops, tmp_path):
+    # On SLURM one job's timeout or preemption must checkpoint that job alone: no stop file for its sweep.
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from training.sweep import STOP_FILE, sweep_stop_file
+
+    overrides = [f"hydra/launcher={launcher}"] if launcher else []
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True)
+    cfg.hydra.mode = RunMode.MULTIRUN
+    HydraConfig.instance().set_config(cfg)
+    try:
+        assert sweep_stop_file() == (tmp_path / STOP_FILE if stops else None)
+    finally:
+        HydraConfig.instance().cfg = None

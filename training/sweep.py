@@ -4,12 +4,14 @@ A failing job does not stop a sweep: ``train.py`` records it in the job's ``stat
 its traceback in ``error.log``) and returns, the launcher goes on, and :class:`SweepSummary`
 lists every job's state at the end and exits with status 1 if any failed.
 
-SIGINT or SIGTERM stops a sweep as a whole: every running job checkpoints at its next step and
-exits, no further job starts, and the parent, once every job has returned, prints the table and one
-line with the command that continues the sweep, and exits with status 128 + signal. The parent blocks
+SIGINT or SIGTERM stops a local sweep (basic or joblib launcher) as a whole: every running job
+checkpoints at its next step and exits, no further job starts, and the parent, once every job has
+returned, prints the table and one line with the command that continues the sweep, and exits with
+status 128 + signal. The parent blocks
 the two signals in itself (a thread waits for them) and so in the workers it starts, which unblock
 them only while training (``training/interrupt.py``): an idle joblib worker killed by a Ctrl-C would
-make joblib kill the others mid-step.
+make joblib kill the others mid-step. On SLURM each job keeps its own signals: a timeout or
+preemption checkpoints that job alone (submitit requeues it), never its sweep.
 """
 
 import os
@@ -45,9 +47,17 @@ def sweep_group() -> str | None:
     return "/".join(below) or parts[-1]
 
 
+LOCAL_LAUNCHERS = ("hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+                   "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher")  # fmt: skip
+
+
 def sweep_stop_file() -> Path | None:
-    """This multirun job's sweep's stop file; None outside a multirun."""
-    return Path(HydraConfig.get().sweep.dir) / STOP_FILE if in_multirun() else None
+    """This multirun job's sweep's stop file; None outside a multirun, and for a launcher that does not run the jobs
+    on this machine (SLURM): there one job's timeout or preemption must not stop its sweep, whose jobs submitit
+    requeues one by one."""
+    if not in_multirun() or HydraConfig.get().launcher.get("_target_") not in LOCAL_LAUNCHERS:
+        return None
+    return Path(HydraConfig.get().sweep.dir) / STOP_FILE
 
 
 def parallel_jobs() -> int:
@@ -84,6 +94,8 @@ class SweepSummary(Callback):
     multirun ends; exit status 128 + signal if it was stopped, else 1 if a job failed."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.hydra.launcher.get("_target_") not in LOCAL_LAUNCHERS:  # SLURM: Ctrl-C leaves the submitted jobs be
+            return
         stop = Path(config.hydra.sweep.dir) / STOP_FILE
         stop.unlink(missing_ok=True)  # a re-run of a stopped sweep
 
