@@ -135,8 +135,11 @@ def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_pat
 def test_ctrl_c_during_start_up_is_one_line_and_exits_130(tmp_path):
     # issue 21 item 2: a SIGINT before the loop once printed a KeyboardInterrupt traceback and no resume line.
     run_dir = tmp_path / "run"
+    # SIGINT as a terminal delivers it: a suite started in the background (``cmd &`` in a script) passes SIGINT
+    # on ignored, and a Python started with it ignored never turns it into KeyboardInterrupt.
     proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *SMOKE, f"hydra.run.dir={run_dir}"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.monotonic() + 300
     while not (run_dir / ".hydra" / "overrides.yaml").exists():  # written by Hydra just before it calls the job
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
