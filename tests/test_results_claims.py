@@ -4,6 +4,8 @@ the committed CSVs it quotes (``tests/test_results.py`` checks its numbers)."""
 import csv
 from pathlib import Path
 
+import pytest
+
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 PRE = "norm.placement=pre norm.kind=layernorm norm.qk=None"
 POST = "norm.placement=post norm.kind=layernorm norm.qk=None"
@@ -74,3 +76,61 @@ def test_high_lr_qk_norm_gave_the_lowest_per_and_valid_loss() -> None:
     for metric in ("test/per", "best_val_loss"):
         means = {r["variant"]: float(r["mean"]) for r in rows if r["metric"] == metric}
         assert min(means, key=means.get) == "norm.placement=pre norm.qk=layernorm"
+
+
+WARMUP = "warmup_depth/"
+
+
+def variant(placement: str, warmup: int) -> str:
+    return f"norm.placement={placement} schedule.warmup_steps={warmup}"
+
+
+def test_c_runs_csv_and_the_summaries_come_from_one_sweep() -> None:
+    runs = read(WARMUP + "runs.csv")
+    summary = {(r["variant"], r["metric"]): float(r["mean"]) for r in read(WARMUP + "summary_vs_post_warmup300.csv")}
+    for (name, metric), mean in summary.items():
+        values = [float(r[metric]) for r in runs if r["variant"] == name]
+        assert len(values) == 3 and sum(values) / 3 == pytest.approx(mean, rel=1e-12), (name, metric)
+
+
+def test_c_post_ln_without_warmup_fails_in_every_seed_and_the_short_warmup_rescues_it() -> None:
+    runs = read(WARMUP + "runs.csv")
+    cold = [r for r in runs if r["variant"] == variant("post", 0)]
+    short = [r for r in runs if r["variant"] == variant("post", 60)]
+    assert all(float(r["test/per"]) > 1 and float(r["test/wer"]) == 1.0 for r in cold)  # "fails in every seed"
+    assert all(float(r["test/per"]) < 0.4 for r in short)  # "rescues it"
+    rows = {(r["variant"], r["metric"]): r for r in read(WARMUP + "summary_vs_post_warmup300.csv")}
+    assert all(rows[variant("post", 0), m]["significant"] == "true" for m in ("test/per", "best_val_loss"))
+    assert rows[variant("post", 60), "test/per"]["significant"] == "false"
+
+
+def test_c_only_admin_s_small_loss_difference_is_significant_here_and_only_pre_ln_s_on_the_first_machine() -> None:
+    def significant(folder: str, placement: str) -> dict[str, str]:
+        rows = read(f"{WARMUP}{folder}summary_vs_{placement}_warmup300.csv")
+        return {r["metric"]: r["significant"] for r in rows if r["variant"] == variant(placement, 0)}
+
+    assert significant("", "pre") == {"test/per": "false", "test/wer": "false", "best_val_loss": "false"}
+    assert significant("", "admin") == {"test/per": "false", "test/wer": "false", "best_val_loss": "true"}
+    assert significant("first_machine/", "pre")["best_val_loss"] == "true"
+    assert significant("first_machine/", "admin")["best_val_loss"] == "false"
+
+
+def test_d_pre_ln_grows_with_depth_and_post_ln_s_layernorm_input_is_flat_at_init() -> None:
+    growth = {(r["variant"], r["stack"], r["step_kind"]): r for r in read(WARMUP + "depth_growth.csv")}
+    for stack in ("enc", "dec"):
+        for warmup in (0, 60, 300):
+            pre_first, pre_last = (float(growth[variant("pre", warmup), stack, k]["mean"]) for k in ("first", "last"))
+            assert pre_first > 1.7 and pre_last > pre_first  # grows at init, and more after training
+            for placement in ("post", "admin"):
+                row = growth[variant(placement, warmup), stack, "first"]
+                assert row["site"] == "ffn.norm_out.in" and abs(float(row["mean"]) - 1) < 0.02  # before the LayerNorm
+        assert growth[variant("pre", 300), stack, "first"]["site"] == "out"
+
+
+def test_c_the_two_machines_agree_at_step_1_to_float32_rounding_only() -> None:
+    def first(folder: str) -> dict[str, float]:
+        rows = read(f"{WARMUP}{folder}depth_growth.csv")
+        return {r["stack"]: float(r["mean"]) for r in rows if r["variant"] == variant("pre", 300) and r["step_kind"] == "first"}
+
+    here, there = first(""), first("first_machine/")
+    assert all(here[s] != there[s] and here[s] == pytest.approx(there[s], rel=1e-7) for s in ("enc", "dec"))
