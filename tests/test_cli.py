@@ -102,7 +102,7 @@ def test_a_printed_command_gives_hydra_the_run_dir_unchanged(run_dir):
 def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_path):
     # issue 21 item 1: the job's run dir holds "=" and ","; the command once failed in Hydra's parser.
     sweep_dir = tmp_path / "s"
-    cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SMOKE, "trainer.max_steps=60", "trainer.log_every=1",
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SMOKE, "trainer.max_steps=60",
            f"hydra.sweep.dir={sweep_dir}"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
@@ -117,7 +117,7 @@ def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_pat
     (line,) = [line for line in stderr.splitlines() if line.startswith("normlab: stopped by SIGTERM after step")]
     job_cmd, sweep_cmd = re.fullmatch(r".*; continue with: (.*); the whole sweep: (.*)", line).groups()
     assert job_cmd.endswith(f"\"hydra.run.dir='{job_dir}'\"")
-    overrides = " ".join([*SMOKE, "trainer.max_steps=60", "trainer.log_every=1"])
+    overrides = " ".join([*SMOKE, "trainer.max_steps=60"])
     assert sweep_cmd == f"python train.py -m {overrides} hydra.sweep.dir={sweep_dir}"
     status = json.loads((job_dir / "status.json").read_text())
     assert status["state"] == "interrupted" and status["error"] == f"RunInterrupted: {line.removeprefix('normlab: ')}"
