@@ -91,7 +91,9 @@ def test_every_preset_builds_and_runs_as_before_the_redesign(size, preset, impl)
     model = build(size, preset, impl)
     assert state_sha(model) == sha
     if sums is not None:
-        assert fingerprint(model) == pytest.approx(sums, rel=1e-6)
+        # float32 sums differ by CPU: no_norm's gradient sum of squares (3.5e6) moved by 1.4e-6 relative between
+        # two machines of this kind; a change of computation moves these by far more.
+        assert fingerprint(model) == pytest.approx(sums, rel=1e-5)
 
 
 @pytest.mark.slow
