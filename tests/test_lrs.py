@@ -16,7 +16,7 @@ from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_se
 from analysis.runs import Run
 from analysis.stats import t_interval
 from model.metric_names import attn_max_logit
-from scripts import report, report_lrs
+from scripts import report, report_figures, report_lrs
 from tests.conftest import make_cfg
 from tests.test_report import DIVERGED_ERROR, config, draw_in_chromium, figures, finished, layouts, table, write_run
 
@@ -261,14 +261,14 @@ def test_max_logit_at_the_highest_lrs_is_the_mean_over_seeds_of_the_max_over_att
 def test_the_pngs_draw_the_interval_and_the_log_axis(lr_sweep: tuple[Path, str]) -> None:
     study = lr_study(load_runs([lr_sweep[0].parent.parent]))
     panels = {p.key: p for p in lr_panels(study)}
-    colors = report.variant_colors(study.families)
-    fig = report.panel_figure(panels["lr_loss"], colors)
+    colors = report_figures.variant_colors(study.families)
+    fig = report_figures.panel_figure(panels["lr_loss"], colors)
     assert fig.axes[0].get_xscale() == "log" and "x: a run at this LR diverged (counted as the loss at init)" in (
         fig.axes[0].get_legend_handles_labels()[1])  # fmt: skip
-    report.plt.close(fig)
-    fig = report.panel_figure(panels["lrs"], colors)
+    report_figures.plt.close(fig)
+    fig = report_figures.panel_figure(panels["lrs"], colors)
     bars = [c for c in fig.axes[0].containers if c.has_yerr]  # POST's CI; PRE (one seed) has none
-    report.plt.close(fig)
+    report_figures.plt.close(fig)
     assert len(bars) == 1
 
 
@@ -421,9 +421,9 @@ def test_families_that_did_not_learn_are_left_out_of_the_lr_charts_with_a_note(t
         (annotation,) = layouts(page)[f"plot-{key}"]["annotations"]
         assert (annotation["text"], annotation["y"], annotation["yanchor"]) == (note, 0.01, "bottom")
     study = lr_study(load_runs([three_families]))
-    fig = report.panel_figure({p.key: p for p in lr_panels(study)}["lrs"], report.variant_colors(study.families))
+    fig = report_figures.panel_figure({p.key: p for p in lr_panels(study)}["lrs"], report_figures.variant_colors(study.families))
     assert note in [t.get_text() for t in fig.axes[0].texts]
-    report.plt.close(fig)
+    report_figures.plt.close(fig)
     # no family learned: the chart is drawn empty, with the note at its centre
     alone = lr_study([r for r in load_runs([three_families]) if r.config["norm.placement"] == "post"] +
                      [r for r in load_runs([three_families]) if r.config["norm.placement"] == "sandwich"])  # fmt: skip

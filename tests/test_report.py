@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from analysis.load import load_run, load_runs
 from analysis.panels import build_panels
 from analysis.variants import group_variants
-from scripts import report
+from scripts import report, report_figures
 
 STEPS = list(range(10, 101, 10))  # logging steps
 EVAL_STEPS = [50, 100]
@@ -361,12 +361,12 @@ def test_a_lone_point_is_drawn_with_a_marker(hard: tuple[Path, str]) -> None:
     # the PNG: matplotlib marks the same lone points (S: 2 runs + mean; D: seed 2's one validation) and the divergence
     variants = group_variants(load_runs([hard[2]]))
     val_loss = next(p for p in build_panels(variants, "g2p") if p.key == "val_loss")
-    fig = report.panel_figure(val_loss, report.variant_colors(variants))
+    fig = report_figures.panel_figure(val_loss, report_figures.variant_colors(variants))
     marked = sorted((line.get_marker(), str(line.get_markevery())) for line in fig.axes[0].lines if line.get_marker() != "None")
     labels = fig.axes[0].get_legend_handles_labels()[1]
-    report.plt.close(fig)
+    report_figures.plt.close(fig)
     assert marked == [("o", "[0]")] * 4 + [("x", "None")]
-    assert labels.count(report.DIVERGED_LABEL) == 1
+    assert labels.count(report_figures.DIVERGED_LABEL) == 1
 
 
 def test_the_loss_at_initialization_starts_the_validation_curve_but_is_never_the_best(tmp_path: Path) -> None:
