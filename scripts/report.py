@@ -43,7 +43,8 @@ A run with ``probe/*.png`` (``python -m scripts.probe RUN_DIR``) gets a "Probes"
 Runs whose configs differ only in the seed form a variant (see ``analysis/variants.py``). Diverged,
 crashed or half-written runs are listed and marked, never fatal; an unknown ``--baseline`` is an error
 (``report: error: ...`` listing the valid labels, exit status 1). Reading, grouping, statistics and the
-charts' data live in the ``analysis`` package; ``scripts/report_figures.py`` draws the charts, this script the page.
+charts' data live in the ``analysis`` package; ``scripts/report_figures.py`` draws the charts,
+``scripts/report_tables.py`` the tables and their CSVs, this script the page.
 """
 
 import sys
@@ -55,38 +56,25 @@ if not __package__:  # run as a file (python scripts/x.py): it answers with the 
 import argparse
 import base64
 import html
-import math
-from collections.abc import Callable
 
 from tqdm import tqdm
 
-from analysis.csvs import write_csv
-from analysis.depth import STEP_KINDS, write_depth_csvs
+from analysis.depth import write_depth_csvs
 from analysis.load import ReportError, load_runs
 from analysis.lr_panels import lr_panels
 from analysis.lrs import lr_study
 from analysis.paired import (
-    BASELINE_COLUMNS,
-    SUMMARY_COLUMNS,
-    Getter,
-    delta_text,
     find_baseline,
-    finished_values,
-    noise_floor,
-    quality_metrics,
     summary_rows,
-    versus,
 )
 from analysis.panels import build_panels
-from analysis.presets import resolve_baseline, shown_label
-from analysis.runs import TASKS, Run, detect_task
+from analysis.presets import resolve_baseline
+from analysis.runs import Run, detect_task
 from analysis.stability import stability_panels
-from analysis.stats import mean_stderr
 from analysis.variants import Variant, group_variants
-from model.metric_names import STACKS
 from scripts.report_figures import figure_html, plotly_figure, save_png, variant_colors
 from scripts.report_lrs import lrs_columns, lrs_note, write_csvs
-from training.spikes import SERIES
+from scripts.report_tables import growth_html, run_columns, table_html, variants_html, write_runs, write_summary
 
 ERRORS_JS = """window.reportErrors = [];
 function reportError(message) {
@@ -108,274 +96,6 @@ th { background: #f0f0f0; } td.text { text-align: left; max-width: 32em; overflo
 tr.diverged, tr.failed { background: #fde2e2; } tr.unknown, tr.interrupted, tr.running { background: #f4f4f4; color: #555; }
 .plot { height: 460px; margin-bottom: 1em; } .note { color: #666; font-size: 0.9em; }
 img.probe { max-width: 32%; margin-right: 1%; }"""
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, s = divmod(round(seconds), 60)
-    return f"{minutes} min {s:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
-
-
-def _fmt_rate(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.0f}"
-
-
-def _fmt_pct(value: float | None) -> str:
-    return _fmt(None if value is None else 100 * value, 2)
-
-
-SPIKE_HEADERS = {"loss": "loss spike score (%)", "grad_norm": "grad norm spike score (%)"}  # one per training.spikes.SERIES
-
-
-def _diverged_text(run: Run) -> str:
-    if not run.diverged:
-        return "no"
-    return "yes" if run.diverged_at is None else f"yes (step {run.diverged_at})"
-
-
-# A column: (key, header, cell) where cell(run or variant) -> (raw value for data-value, shown text).
-Column = tuple[str, str, Callable]
-
-
-def run_columns(task: str) -> list[Column]:
-    """The per-run table's columns for ``task`` (test PER/WER in %, or BLEU/chrF)."""
-    _, test_metrics, scale = TASKS[task]
-    unit = " (%)" if scale != 1.0 else ""
-
-    def metric_col(m: str) -> Column:
-        return m, f"{m.split('/')[1].upper()}{unit}", lambda r: (v := r.final(m), _fmt(None if v is None else v * scale, 2))
-
-    return [
-        ("run", "run", lambda r: (r.label, r.label)),
-        ("seed", "seed", lambda r: (r.seed, "—" if r.seed is None else str(r.seed))),
-        ("state", "state", lambda r: (r.status_state, r.status_state)),
-        ("diverged", "diverged", lambda r: (r.diverged, _diverged_text(r))),
-        ("step", "step", lambda r: (r.last_step, f"{r.last_step if r.last_step is not None else '—'} / {r.max_steps or '?'}")),
-        *(metric_col(m) for m in test_metrics),
-        ("best_val_loss", "best valid loss", lambda r: (v := r.best("val/loss"), _fmt(v))),
-        *((f"spike_score_{s}", SPIKE_HEADERS[s], lambda r, s=s: (v := r.spike_score(s), _fmt_pct(v))) for s in SERIES),
-        ("wall_s", "wall time", lambda r: (r.wall_s, _fmt_time(r.wall_s))),
-        ("tokens_per_s", "tokens/s", lambda r: (r.tokens_per_s, _fmt_rate(r.tokens_per_s))),
-        ("notes", "notes", lambda r: ("; ".join(r.notes), "; ".join(r.notes))),
-    ]
-
-
-def metric_display(task: str) -> dict[str, tuple[str, float, int]]:
-    """key -> (header, scale, digits) of each metric the variants table compares (``analysis.paired.quality_metrics``):
-    test PER/WER in % (BLEU, chrF as they are), best valid loss."""
-    _, test_metrics, scale = TASKS[task]
-    unit = " (%)" if scale != 1.0 else ""
-    return {
-        **{m: (f"{m.split('/')[1].upper()}{unit}", scale, 2) for m in test_metrics},
-        "best_val_loss": ("best valid loss", 1.0, 3),
-    }
-
-
-def variant_columns(task: str, baseline: Variant | None = None) -> list[Column]:
-    """The per-variant table's columns: how many runs finished and diverged, then for each metric its
-    mean ± stderr (n) over the variant's finished runs that have it (:func:`mean_stderr`). With ``baseline``,
-    each test metric and best valid loss is followed by its difference to the baseline (:func:`delta_column`)."""
-    metrics = quality_metrics(task)
-
-    def mean_col(key: str, header: str, get: Getter, fmt: Callable[[float | None], str]) -> Column:
-        def cell(v: Variant) -> tuple:
-            values = finished_values(v.runs, get)
-            mean, stderr = mean_stderr(values)
-            spread = "" if stderr is None else f" ± {fmt(stderr)}"
-            return mean, f"{fmt(mean)}{spread} (n = {len(values)})"
-
-        return key, f"{header}: mean ± stderr (n)", cell
-
-    def count_col(key: str, test: Callable[[Run], bool]) -> Column:
-        return key, key, lambda v: (k := sum(map(test, v.runs)), f"{k} of {len(v.runs)}")
-
-    def compared_cols(key: str, header: str, scale: float, digits: int) -> list[Column]:
-        shown = lambda x: _fmt(None if x is None else x * scale, digits)
-        signed = lambda x: f"{x * scale:+.{digits}f}"
-        cols = [mean_col(key, header, metrics[key], shown)]
-        if baseline is not None:
-            cols.append(delta_column(key, header, metrics[key], baseline, signed))
-        return cols
-
-    return [
-        ("variant", "variant", lambda v: (v.label, v.label)),
-        count_col("finished", lambda r: r.finished),
-        count_col("diverged", lambda r: r.diverged),
-        *(col for key, shown in metric_display(task).items() for col in compared_cols(key, *shown)),
-        *(mean_col(f"spike_score_{s}", SPIKE_HEADERS[s], lambda r, s=s: r.spike_score(s), _fmt_pct) for s in SERIES),
-        mean_col("wall_s", "wall time", lambda r: r.wall_s, _fmt_time),
-        mean_col("tokens_per_s", "tokens/s", lambda r: r.tokens_per_s, _fmt_rate),
-    ]
-
-
-def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: Callable[[float], str]) -> Column:
-    """The column ``<key>:delta``: each variant − ``baseline`` in the metric, paired by seed (``analysis.paired.versus``),
-    as ``mean [95% CI] (pairs)`` in the metric's display units (``signed``), ``n.s.`` when the interval covers 0,
-    ``degenerate (zero spread)`` (no interval, not significant) when every pair differs by the same amount;
-    no interval with one pair, ``— (0)`` with none, empty in the baseline's row. data-value: the mean difference as stored."""
-
-    def cell(v: Variant) -> tuple:
-        diff = versus(v, baseline, get)
-        return (None, "") if diff is None else (diff.mean, delta_text(diff, signed))
-
-    return f"{key}:delta", f"{header} Δ vs {shown_label(baseline.label)}: mean [95% CI] (pairs)", cell
-
-
-def variants_html(variants: list[Variant], task: str, baseline: Variant | None, by_default: bool = False) -> str:
-    """The variants table, under a note pointing to summary.csv and, with ``baseline``, the method of the Δ columns,
-    the baseline (``by_default``: chosen as the default preset's variant) and its noise floor per metric; without,
-    a note saying how to get paired differences. First, when every run is far from trained, a note saying so."""
-    csv_link = '<a href="summary.csv">summary.csv</a>'
-    notes = [f'<p class="note">Test metrics and best valid loss, unformatted, one row per variant and metric: {csv_link}.</p>']
-    notes.insert(0, baseline_note(baseline, task, by_default) if baseline is not None else NO_BASELINE_NOTE)
-    if untrained := untrained_note([r for v in variants for r in v.runs], task):
-        notes.insert(0, untrained)
-    return "\n".join([*notes, table_html(variant_columns(task, baseline), variants, "data-variant", lambda v: "", hide=True)])
-
-
-NO_BASELINE_NOTE = (
-    '<p class="note" data-baseline="">Is a difference real? <code>--baseline VARIANT</code> (a label as the table '
-    "shows it) or <code>--baseline PRESET</code> (the norm preset its runs used, e.g. <code>--baseline pre_ln</code>) "
-    "adds to each metric the paired difference to that variant over the seeds both finished, with its 95% CI. Without "
-    "--baseline the report compares to the variant that used the default preset (pre_ln) when there is exactly one.</p>"
-)
-UNTRAINED_WER = 0.9  # a test WER at or above it: at most 1 word in 10 spelled right (trained G2P models: ~25 %)
-
-
-def untrained_note(runs: list[Run], task: str) -> str:
-    """A note when every run with a test WER (G2P) has one of at least ``UNTRAINED_WER``: the runs are far from trained
-    (an untrained model is at 100 %, a trained one near 25 %, Bisani & Ney 2008), so the page shows early-training
-    differences only; "" otherwise, and for translation runs."""
-    wers = [w for r in runs if (w := r.final("test/wer")) is not None] if task == "g2p" else []
-    if not wers or min(wers) < UNTRAINED_WER:
-        return ""
-    return (
-        f'<p class="note" data-untrained="{min(wers)!r}"><b>Every run is far from trained</b> (test WER ≥ '
-        f"{100 * UNTRAINED_WER:.0f} %, the lowest {100 * min(wers):.2f} %; a trained G2P model is near 25 %): "
-        "differences are early-training differences only.</p>"
-    )
-
-
-def baseline_note(baseline: Variant, task: str, by_default: bool = False) -> str:
-    """The line above the variants table with a baseline: the baseline (``by_default``: say it is the default one),
-    method, noise floor per metric."""
-    metrics = quality_metrics(task)
-    floors = ", ".join(
-        f"{header} {_fmt(None if (sd := noise_floor(baseline, metrics[key])) is None else sd * scale, digits)}"
-        for key, (header, scale, digits) in metric_display(task).items()
-    )
-    label, shown = html.escape(baseline.label), html.escape(shown_label(baseline.label))
-    chosen = f"baseline: <b>{shown}</b> (default; --baseline to change). " if by_default else ""
-    return (
-        f'<p class="note" data-baseline="{label}">{chosen}Δ vs <b>{shown}</b> (the baseline): each variant minus the baseline, '
-        "paired by seed over the seeds where both runs finished: mean [95% confidence interval] (pairs), the interval "
-        "mean ± t(0.975, n − 1) · sd / √n of a paired t test over the n per-seed differences; n.s.: the interval "
-        "covers 0; degenerate (zero spread): every pair differs by the same amount, so sd = 0 and there is no interval "
-        "and no significance; one pair: no interval. Diverged runs never enter a pair or a mean: they are counted in the "
-        f"diverged column. Noise floor, the baseline's seed-to-seed sample standard deviation: {floors}.</p>"
-    )
-
-
-def write_summary(path: Path, rows: list[dict[str, object]], with_baseline: bool) -> None:
-    """``summary.csv``: ``rows`` of ``analysis.paired.summary_rows`` under ``SUMMARY_COLUMNS`` (+ ``BASELINE_COLUMNS``
-    ``with_baseline``); floats as repr, None and non-finite empty, booleans ``true``/``false``."""
-    columns = SUMMARY_COLUMNS + (BASELINE_COLUMNS if with_baseline else ())
-    cells = ([str(v).lower() if isinstance(v, bool) else _raw(v) for v in (row[c] for c in columns)] for row in rows)
-    write_csv(path, columns, cells)
-
-
-def write_runs(path: Path, variants: list, columns: list[Column]) -> None:
-    """``runs.csv``: the per-run table's unformatted values (``data-value``), one row per run, after a ``variant`` column
-    (the label its run is averaged under); floats as repr, None and non-finite empty."""
-    rows = ([v.label, *(_raw(cell(r)[0]) for _, _, cell in columns)] for v in variants for r in v.runs)
-    write_csv(path, ["variant", *(key for key, _, _ in columns)], rows)
-
-
-def growth_html(rows: list[dict[str, object]]) -> str:
-    """The depth-growth table under the depth charts: per variant (``data-growth``), each stack's growth at its first and
-    last telemetry record (``data-col`` ``enc:first``, ..., ``data-value`` the mean) as ``mean ± stderr (n = k, step s)``,
-    under a note defining it and linking the two CSVs; "" without rows (no telemetry)."""
-    if not rows:
-        return ""
-    by_key = {(r["variant"], r["stack"], r["step_kind"]): r for r in rows}
-
-    def column(stack: str, kind: str) -> Column:
-        def cell(variant: str) -> tuple:
-            r = by_key[variant, stack, kind]
-            spread = "" if r["stderr"] is None else f" ± {_fmt(r['stderr'])}"
-            return r["mean"], f"{_fmt(r['mean'])}{spread} (n = {r['n']}, step {r['step']})"
-
-        return f"{stack}:{kind}", f"{stack} growth, {kind} record: mean ± stderr (n, step)", cell
-
-    columns = [("variant", "variant", lambda v: (v, v)), *(column(s, k) for s in STACKS for k in STEP_KINDS)]
-    note = (
-        '<h3>Depth growth</h3>\n<p class="note">The RMS of the residual stream at a stack\'s last block / at its first '
-        "block, read before the block's closing norm where its FFN has one (the sum entering it, "
-        "<code>ffn.norm_out.in</code>) and leaving the block otherwise (<code>out</code>; the <code>site</code> column "
-        "of the CSV), at the variant's first telemetry record (step 1 by default: at initialization) and its last, "
-        'mean ± stderr over the runs recorded there (n). Per run: <a href="depth_growth.csv">depth_growth.csv</a>; '
-        'every run, step and block: <a href="depth_profile.csv">depth_profile.csv</a>.</p>'
-    )
-    return note + table_html(columns, list(dict.fromkeys(r["variant"] for r in rows)), "data-growth", lambda v: "")
-
-
-ZERO_HIDDEN = ("diverged", "did_not_learn", *(f"spike_score_{s}" for s in SERIES))  # columns hidden when all 0
-
-
-def _hidden(key: str, values: list) -> bool:
-    """Whether a column is left out of its table: every value empty, or for a column of ``ZERO_HIDDEN`` every value 0
-    (no run diverged, no spike): nothing to read in it. A Δ column (``:delta``) always stays: its cells say why
-    there is no difference."""
-    if key.endswith(":delta"):
-        return False
-    zero = (None, "", 0) if key in ZERO_HIDDEN else (None, "")
-    return all(v in zero or (isinstance(v, float) and not math.isfinite(v)) for v in values)
-
-
-def _cell_text(text: str) -> str:
-    """A text cell's HTML: a null value spelled ``null`` (:func:`analysis.presets.shown_label`), and a line break
-    allowed after each comma (``norm=pre_ln,seed=0``); labels wrap at spaces and commas, never mid-word."""
-    return html.escape(shown_label(text)).replace(",", ",<wbr>")
-
-
-def table_html(columns: list[Column], items: list, row_attr: str, row_class: Callable[[object], str], hide: bool = False) -> str:
-    """An HTML table, one row per item; each row carries ``data-<row_attr>`` (its first column) and each
-    cell ``data-col`` and ``data-value`` (the unformatted value), so tests and scripts can read it back. With ``hide``,
-    columns after the first with nothing to read (:func:`_hidden`) are left out, named in a note above the table."""
-    cells = [[(key, *cell(item)) for key, _, cell in columns] for item in items]
-    kept = (j for j in range(1, len(columns)) if not (hide and _hidden(columns[j][0], [row[j][1] for row in cells])))
-    shown = [0, *kept]
-    head = "".join(f"<th>{html.escape(shown_label(columns[j][1]))}</th>" for j in shown)
-    rows = []
-    for item, row in zip(items, cells, strict=True):
-        tds = "".join(
-            f'<td data-col="{html.escape(key)}" data-value="{html.escape(_raw(value))}"'
-            f"{' class=text' if isinstance(value, str) else ''}>"
-            f"{_cell_text(text) if isinstance(value, str) else html.escape(text)}</td>"
-            for key, value, text in (row[j] for j in shown)
-        )
-        rows.append(f'<tr {row_attr}="{html.escape(str(row[0][1]))}" class="{row_class(item)}">{tds}</tr>')
-    left_out = [columns[j] for j in range(len(columns)) if j not in shown]
-    note = (
-        f'<p class="note" data-hidden="{html.escape(",".join(k for k, _, _ in left_out))}">Columns left out, every value '
-        f"0 or empty: {html.escape(', '.join(h for _, h, _ in left_out))}.</p>\n"
-        if left_out and items
-        else ""
-    )
-    return f"{note}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
-def _raw(value: object) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return ""
-    return repr(value) if isinstance(value, float) else str(value)
 
 
 def page_html(title: str, header: str, plots: list[str], tables: list[tuple[str, str]], after: dict[int, str]) -> str:

@@ -23,7 +23,7 @@ from analysis.paired import (
 from analysis.runs import Run
 from analysis.stats import mean_stderr, t_interval, zero_spread
 from analysis.variants import Variant
-from scripts import report
+from scripts import report, report_tables
 from tests.test_report import DIVERGED_ERROR, config, finished, metric_rows, table, write_run
 
 T_975_2 = 4.302652729749462  # t.ppf(0.975, 2), from a t table: 4.30265
@@ -241,10 +241,10 @@ def test_one_pair_no_interval_and_small_n_leave_csv_cells_empty(tmp_path: Path) 
     assert (rows["single", "test/per"]["std"], rows["single", "test/per"]["stderr"]) == ("", "")  # n = 1
     assert (rows["single", "test/wer"]["n"], rows["single", "test/wer"]["mean"]) == ("0", "")  # no WER written
     assert noise_floor(single, quality_metrics("g2p")["test/per"]) is None
-    assert "PER (%) —, WER (%) —, best valid loss —." in report.baseline_note(single, "g2p")
+    assert "PER (%) —, WER (%) —, best valid loss —." in report_tables.baseline_note(single, "g2p")
     signed = lambda x: f"{100 * x:+.2f}"
-    assert report.delta_text(PairedDifference(1, 0.0015, None, None), signed) == "+0.15 (1)"
-    assert report.delta_text(PairedDifference(0, None, None, None), signed) == "— (0)"
+    assert report_tables.delta_text(PairedDifference(1, 0.0015, None, None), signed) == "+0.15 (1)"
+    assert report_tables.delta_text(PairedDifference(0, None, None, None), signed) == "— (0)"
 
 
 def test_compared_metrics_are_the_test_metrics_and_best_valid_loss() -> None:
