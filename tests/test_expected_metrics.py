@@ -1,0 +1,23 @@
+"""A fixed-seed tiny run with every statistic on writes the numbers committed in
+tests/expected/tiny_full.jsonl: refactors must not move them (regenerate with
+``python -m scripts.expected_metrics write`` only when a change is meant to alter numbers)."""
+
+from scripts.expected_metrics import EXPECTED, differences, load, run_tiny_full
+
+
+def test_tiny_full_run_writes_the_committed_metrics(tmp_path):
+    fresh = load(run_tiny_full(tmp_path))
+    expected = load(EXPECTED)
+    # Tolerance, not equality: float32 kernels differ across CPUs (scripts/expected_metrics.py);
+    # a real change of behaviour moves values by far more than 1e-4.
+    assert differences(expected, fresh, rtol=1e-4, atol=1e-6) == []
+    assert sum(len(r) for r in expected) > 5000  # every family of statistics is in the file
+
+
+def test_differences_sees_a_changed_value_a_missing_key_and_a_missing_record():
+    a = [{"step": 1, "x": 1.0, "y": float("nan")}]
+    assert differences(a, [{"step": 1, "x": 1.0, "y": float("nan")}]) == []
+    assert differences(a, [{"step": 1, "x": 1.00001, "y": float("nan")}], rtol=1e-4) == []
+    assert differences(a, [{"step": 1, "x": 1.001, "y": float("nan")}], rtol=1e-4) == ["step 1 x: 1.0 vs 1.001"]
+    assert "keys differ" in differences(a, [{"step": 1, "x": 1.0}])[0]
+    assert differences(a, []) == ["1 records vs 0"]
