@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from data.batching import train_stream
 from model import ModelConfig
+from runlog.status import DONE, read_status, write_status
 from training import distributed
 from training.checkpoint import LATEST
 from training.cli import check_args, resume_command
@@ -32,7 +33,6 @@ from training.flops import train_flops
 from training.interrupt import RunInterrupted, StopRequest, read_stop, request_stop
 from training.run import final_test, log_init_loss, save_run, start_run, validate_run
 from training.schema import validate
-from training.status import DONE, read_status, write_status
 from training.step import train_step
 from training.sweep import in_multirun, parallel_jobs, sweep_stop_file
 from training.window import LogWindow, NonFiniteLossError

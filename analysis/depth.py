@@ -27,7 +27,7 @@ from analysis.csvs import write_csv
 from analysis.runs import Run
 from analysis.stats import mean_stderr
 from analysis.variants import Variant
-from model.metric_names import PRE_NORM_SITE, STACKS
+from runlog.metric_names import PRE_NORM_SITE, STACKS
 
 PROFILE_COLUMNS = ("variant", "run", "seed", "step", "depth", "block", "rms", "grad", "kurtosis")
 GROWTH_COLUMNS = ("variant", "stack", "site", "step_kind", "step", "n", "mean", "stderr", "per_run")

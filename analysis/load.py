@@ -15,8 +15,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from analysis.runs import BlockSite, Run, finite
-from model.metric_names import PRE_NORM_SITE, Metric, depth, n_enc_layers_seen, parse
-from training.renames import with_current_names
+from runlog.metric_names import PRE_NORM_SITE, Metric, depth, n_enc_layers_seen, parse
+from runlog.renames import with_current_names
 
 RUN_CONFIG, RUN_RECORDS = "config.yaml", ("metrics.jsonl", "status.json")  # a run dir holds the first and one of the others
 SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; not searched
@@ -80,7 +80,7 @@ def _freeze(value: Any) -> Any:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """The flattened config of ``path`` (config.yaml), with today's names for renamed keys (``training.renames``),
+    """The flattened config of ``path`` (config.yaml), with today's names for renamed keys (``runlog.renames``),
     so a run written before a rename groups with runs written after it. Raises whatever OmegaConf/YAML raise
     on a bad file."""
     cfg = OmegaConf.load(path)

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from training.status import STATES
+from runlog.status import STATES
 
 TASKS = {  # task -> (validation metric, test metrics, scale to display: fractions are shown in %)
     "g2p": ("val/per", ("test/per", "test/wer"), 100.0),

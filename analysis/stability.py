@@ -17,7 +17,7 @@ from analysis.panels import Line, Panel, depth_panel, runs_at
 from analysis.runs import BlockSite, Run
 from analysis.stats import curves_band, mean_at
 from analysis.variants import Variant, averaged_runs
-from model.metric_names import ATTENTIONS, MATRIX_ROLES, matrix_role, output_logits
+from runlog.metric_names import ATTENTIONS, MATRIX_ROLES, matrix_role, output_logits
 
 SELF, CROSS = ATTENTIONS
 

@@ -13,8 +13,6 @@ settings, so the runs of a sweep train them once.
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK, UNK_ID
+from runlog.atomic import atomic_write
 
 FORMAT = "normlab-bpe-v1"  # bump when train_bpe changes, so old cache entries are not reused
 MIN_VOCAB = len(SPECIALS) + 256  # specials + the byte alphabet
@@ -63,14 +62,7 @@ def fingerprint(sides: Sequence[Sequence[str]], settings: dict) -> str:
 def _save_atomic(tok: Tokenizer, path: Path) -> None:
     # Runs of a sweep may train the same vocabulary at once: a reader never sees half a file.
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        tok.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: f.write(tok.to_str(pretty=True).encode("utf-8")))
 
 
 def cached_bpe(

@@ -1,6 +1,6 @@
 """Per-layer activation-scale, gradient and update telemetry, reduced on the device.
 
-Names (stable; DESIGN.md sec. 5) are formatted and parsed only by ``model/metric_names.py``.
+Names (stable; DESIGN.md sec. 5) are formatted and parsed only by ``runlog/metric_names.py``.
 ``{s}`` is ``enc`` or ``dec``, ``{i}`` the layer, ``{r}`` a residual sublayer (``self_attn``,
 ``cross_attn``, ``ffn``), ``{slot}`` a filled norm slot (``norm_in``, ``norm_branch``,
 ``norm_out``), ``{a}`` an attention (``self_attn``, ``cross_attn``), ``{h}`` a filled per-head
@@ -73,7 +73,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.attention import MultiHeadAttention
-from model.metric_names import (
+from model.norms import DyISRU, DyT
+from model.residual import Gate
+from model.transformer import EncoderDecoder
+from runlog.metric_names import (
     ACT_STAT_SITES,
     ATTENTION_NORM_SITES,
     ATTENTIONS,
@@ -96,9 +99,6 @@ from model.metric_names import (
     update_ratio,
     weight_spectrum,
 )
-from model.norms import DyISRU, DyT
-from model.residual import Gate
-from model.transformer import EncoderDecoder
 
 __all__ = ["STATS", "SITE_GROUPS", "Telemetry", "TelemetryConfig", "first_nonfinite"]
 

@@ -54,14 +54,20 @@ def differences(a: list[dict], b: list[dict], rtol: float = 0.0, atol: float = 0
     if len(a) != len(b):
         return [f"{len(a)} records vs {len(b)}"]
     out = []
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
         if x.keys() != y.keys():
-            out.append(f"record {i} (step {x.get('step')}): keys differ: only in A {sorted(x.keys() - y.keys())[:5]}, "
-                       f"only in B {sorted(y.keys() - x.keys())[:5]}")
+            out.append(
+                f"record {i} (step {x.get('step')}): keys differ: only in A {sorted(x.keys() - y.keys())[:5]}, "
+                f"only in B {sorted(y.keys() - x.keys())[:5]}"
+            )
             continue
         for k, u in x.items():
             v = y[k]
-            same = (math.isnan(u) and math.isnan(v)) if isinstance(u, float) and math.isnan(u) else abs(u - v) <= atol + rtol * abs(u)
+            same = (
+                (math.isnan(u) and math.isnan(v))
+                if isinstance(u, float) and math.isnan(u)
+                else abs(u - v) <= atol + rtol * abs(u)
+            )
             if not same:
                 out.append(f"step {x.get('step')} {k}: {u!r} vs {v!r}")
     return out
@@ -87,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     tol = {} if args.exact else {"rtol": 1e-4, "atol": 1e-6}
     diff = differences(a, b, **tol)
     n = sum(len(r) for r in a)
-    print(f"{n} values in {len(a)} records: " + ("identical" if args.exact and not diff else "agree" if not diff
-                                                    else f"{len(diff)} differ"))
+    print(
+        f"{n} values in {len(a)} records: "
+        + ("identical" if args.exact and not diff else "agree" if not diff else f"{len(diff)} differ")
+    )
     for line in diff[:20]:
         print("  " + line)
     return 1 if diff else 0

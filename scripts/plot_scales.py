@@ -27,7 +27,7 @@ from matplotlib.axis import Axis
 from matplotlib.ticker import MaxNLocator
 
 from analysis.load import read_config
-from model.metric_names import STATS, depth_profile, n_enc_layers_seen, parse
+from runlog.metric_names import STATS, depth_profile, n_enc_layers_seen, parse
 
 LOG_SPAN = 10.0  # a depth panel's y axis is logarithmic when its largest value is at least this many times its smallest
 

@@ -26,17 +26,9 @@ import torch
 from tokenizers import Tokenizer
 
 from data.tokenizer import UNK, detokenize, encode_all
-from model import EncoderDecoder, ModelConfig, NormConfig
-from training.checkpoint import LATEST, load_checkpoint
+from model import EncoderDecoder
+from training.checkpoint import LATEST, load_checkpoint, model_from
 from training.evaluate import DecodeConfig, decode_all
-
-
-def model_from(ckpt: dict) -> EncoderDecoder:
-    """The model of a loaded checkpoint (``training.checkpoint.load_checkpoint``), its weights loaded, on the CPU."""
-    mcfg = dict(ckpt["model_config"])
-    model = EncoderDecoder(ModelConfig(**{**mcfg, "norm": NormConfig(**mcfg["norm"])}))
-    model.load_state_dict(ckpt["model"])
-    return model
 
 
 def checkpoint_path(path: str) -> Path:

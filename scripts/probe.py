@@ -34,13 +34,12 @@ import matplotlib.pyplot as plt
 import torch
 from omegaconf import OmegaConf
 
-from analysis.probes import first_batch, init_output_change, layer_drop, stream_distances
 from data.batching import Seq2SeqData
 from model.config import NormConfig
 from model.placements import PLACEMENTS, STACKS
-from scripts.predict import model_from
-from training.checkpoint import load_checkpoint
+from training.checkpoint import load_checkpoint, model_from
 from training.evaluate import even_stride
+from training.probes import first_batch, init_output_change, layer_drop, stream_distances
 from training.tasks import build_task
 
 DEFAULT_PLACEMENTS = ("post", "pre", "admin", "deepnorm")  # Admin's comparison, and DeepNet's

@@ -23,7 +23,7 @@ from analysis.presets import shown_label
 from analysis.runs import TASKS, Run
 from analysis.stats import mean_stderr
 from analysis.variants import Variant
-from model.metric_names import STACKS
+from runlog.metric_names import STACKS
 from training.spikes import SERIES
 
 

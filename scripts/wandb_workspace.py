@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 from analysis.load import ReportError, find_run_dirs, read_config
 from analysis.presets import CONF, default_choice
 from analysis.variants import NORM_KEYS
-from model.metric_names import (
+from runlog.metric_names import (
     ATTENTIONS,
     FAMILY_STATS,
     RESIDUALS,

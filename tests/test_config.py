@@ -13,10 +13,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 import train as train_module
+from runlog.renames import renamed_override, with_current_names
 from tests.conftest import ROOT, make_cfg
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.optim import DECAYS
-from training.renames import renamed_override, with_current_names
 from training.schema import validate
 
 GROUPS = ("model", "norm", "data", "optim", "schedule", "trainer", "logger", "telemetry")

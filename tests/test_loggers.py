@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from model.metric_names import (
+from runlog.metric_names import (
     FAMILIES,
     act,
     adam_below_eps,

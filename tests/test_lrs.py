@@ -15,7 +15,7 @@ from analysis.lr_panels import lr_panels
 from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, lrs_versus
 from analysis.runs import Run
 from analysis.stats import t_interval
-from model.metric_names import attn_max_logit
+from runlog.metric_names import attn_max_logit
 from scripts import report, report_figures, report_lrs
 from tests.conftest import make_cfg
 from tests.test_report import DIVERGED_ERROR, config, draw_in_chromium, figures, finished, layouts, table, write_run

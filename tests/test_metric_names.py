@@ -1,4 +1,4 @@
-"""model/metric_names.py: the one place telemetry metric names are formatted and parsed, and the depth order."""
+"""runlog/metric_names.py: the one place telemetry metric names are formatted and parsed, and the depth order."""
 
 import ast
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model.metric_names import (
+from runlog.metric_names import (
     ATTENTIONS,
     BLOCK_SITES,
     FAMILIES,
@@ -183,7 +183,7 @@ def test_depth_order_is_encoder_blocks_then_decoder_blocks():
 
 def test_names_import_without_torch():
     # The report and the workspace script read metric names; they should not pay for importing torch.
-    code = "import sys, model.metric_names, analysis.load, scripts.report; print('torch' in sys.modules)"
+    code = "import sys, runlog.metric_names, analysis.load, scripts.report; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -1,4 +1,4 @@
-"""The block probes (analysis/probes.py) against hand computations, and ``python -m scripts.probe`` end to end
+"""The block probes (training/probes.py) against hand computations, and ``python -m scripts.probe`` end to end
 on a tiny trained run, its figures shown by the report."""
 
 import copy
@@ -9,15 +9,6 @@ import pytest
 import torch
 
 import train as train_module
-from analysis.probes import (
-    angular_distance,
-    first_batch,
-    init_output_change,
-    layer_drop,
-    output_change,
-    skip_block,
-    stream_distances,
-)
 from data.batching import Seq2SeqData, collate
 from data.tokenizer import PAD_ID
 from model.config import ModelConfig, NormConfig
@@ -26,6 +17,15 @@ from scripts import probe as probe_script
 from scripts.report import build_report
 from tests.conftest import make_cfg
 from training.evaluate import evaluate_loss
+from training.probes import (
+    angular_distance,
+    first_batch,
+    init_output_change,
+    layer_drop,
+    output_change,
+    skip_block,
+    stream_distances,
+)
 
 CPU = torch.device("cpu")
 

@@ -12,7 +12,7 @@ from matplotlib.colors import to_hex
 from analysis.load import load_runs
 from analysis.stability import logz_line, max_logit_lines, sigma_max_lines, stability_panels
 from analysis.variants import group_variants
-from model.metric_names import WEIGHT_SITES, act, attn_max_logit, blocks, output_logits, weight_spectrum
+from runlog.metric_names import WEIGHT_SITES, act, attn_max_logit, blocks, output_logits, weight_spectrum
 from scripts import report
 from tests.test_report import (
     N_DEC,

@@ -240,8 +240,8 @@ def test_a_wandb_run_killed_after_its_checkpoint_is_rewound_where_the_server_can
                                                                                  server_rewinds):  # fmt: skip
     import wandb
 
+    from runlog.status import write_status
     from training import loggers
-    from training.status import write_status
 
     # A hard kill (no checkpoint on the way out): the checkpoint is at step 5, wandb holds steps 1..8.
     write_status(tmp_path, wandb_id="abc123")

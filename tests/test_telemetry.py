@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.metric_names import (
+from model.telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
+from runlog.metric_names import (
     ACT_STAT_SITES,
     ATTENTION_NORM_SITES,
     BLOCK_SITES,
@@ -23,7 +24,6 @@ from model.metric_names import (
     depth_profile,
     parse,
 )
-from model.telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
 from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
 from training.step import StepOptions, train_step

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.metric_names import adam_below_eps, adam_rms, parse
 from model.telemetry import Telemetry, TelemetryConfig
+from runlog.metric_names import adam_below_eps, adam_rms, parse
 from tests.test_telemetry import batch, make
 from training.optim import build_optimizer
 

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch.nn.utils.parametrizations import spectral_norm
 
 from model import EncoderDecoder, ModelConfig
-from model.metric_names import MATRIX_ROLES, WEIGHT_SITES, matrix_site, parse
 from model.telemetry import POWER_ITERS, POWER_ITERS_FIRST, POWER_SEED, Telemetry, TelemetryConfig
+from runlog.metric_names import MATRIX_ROLES, WEIGHT_SITES, matrix_site, parse
 from tests.test_telemetry import make
 
 WEIGHTS = TelemetryConfig(every=1, grads=False, scales=False)

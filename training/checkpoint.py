@@ -24,8 +24,9 @@ from typing import Any
 
 import torch
 
-from training.atomic import atomic_write
-from training.renames import with_current_names
+from model import EncoderDecoder, ModelConfig, NormConfig
+from runlog.atomic import atomic_write
+from runlog.renames import with_current_names
 
 FORMAT = "normlab-checkpoint-v2"
 KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "counters", "spikes", "telemetry",
@@ -94,7 +95,7 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read and verify a checkpoint written by :func:`save_checkpoint`, onto the CPU; its ``config``
-    uses today's key names (``training.renames``).
+    uses today's key names (``runlog.renames``).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -153,3 +154,11 @@ def resolve_resume(resume: str | None, run_dir: Path) -> tuple[dict[str, Any], P
     if not Path(resume).is_file():
         raise FileNotFoundError(f"train.resume={resume!r}: no checkpoint file there; valid: auto, null or a checkpoint.pt path")
     return load_latest_good(Path(resume))
+
+
+def model_from(ckpt: dict) -> EncoderDecoder:
+    """The model of a loaded checkpoint (``training.checkpoint.load_checkpoint``), its weights loaded, on the CPU."""
+    mcfg = dict(ckpt["model_config"])
+    model = EncoderDecoder(ModelConfig(**{**mcfg, "norm": NormConfig(**mcfg["norm"])}))
+    model.load_state_dict(ckpt["model"])
+    return model

@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from model.norms import NORM_KINDS
-from training.renames import renamed_override
+from runlog.renames import renamed_override
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 MULTIRUN_FLAGS = ("-m", "--multirun")

@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 from types import FrameType
 
-from training.atomic import atomic_write
+from runlog.atomic import atomic_write
 
 
 class RunInterrupted(Exception):

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from model.metric_names import DEPTH_CHART, FAMILIES, depth_profile
-from training.atomic import atomic_write
-from training.status import read_status, write_status
+from runlog.atomic import atomic_write
+from runlog.metric_names import DEPTH_CHART, FAMILIES, depth_profile
+from runlog.status import read_status, write_status
 
 # The prefixes of everything logged per step, each plotted against trainer/step in wandb: the trainer's own and
 # every telemetry family of metric_names (optim/ is shared by both). wandb takes a glob only as a prefix: "p/*"

@@ -20,6 +20,7 @@ from data.batching import check_budget
 from data.tokenizer import PAD_ID
 from model import EncoderDecoder, ModelConfig, NormConfig
 from model.telemetry import Telemetry, TelemetryConfig
+from runlog.status import write_status
 from training import distributed
 from training.checkpoint import LATEST, resolve_resume, rng_state, save_checkpoint, set_rng_state
 from training.evaluate import evaluate_loss
@@ -27,7 +28,6 @@ from training.flops import peak_flops
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
 from training.spikes import RunSpikes
-from training.status import write_status
 from training.step import StepOptions
 from training.sweep import sweep_group
 from training.tasks import G2PTask, TranslationTask, build_task

@@ -30,9 +30,9 @@ from omegaconf import DictConfig, OmegaConf
 from data.translation import TranslationDataConfig
 from model.config import ModelConfig, NormConfig
 from model.telemetry import TelemetryConfig
+from runlog.renames import renamed_message
 from training.evaluate import DecodeConfig
 from training.optim import DECAYS, INVERSE_SQRT_NEEDS_WARMUP
-from training.renames import renamed_message
 
 DEVICES = ("auto", "cpu", "cuda")
 MODEL_KEYS_NOT_IN_CONFIG = ("src_vocab", "tgt_vocab", "pad_id", "share_embeddings", "norm")
@@ -224,7 +224,7 @@ def _check_keys(values: dict, schema: type, prefix: str, group: str, skip: tuple
 
     Raises:
         ValueError: an unknown key (the message lists the valid ones, or names the new key of a
-            renamed one: ``training.renames``), a missing key that has
+            renamed one: ``runlog.renames``), a missing key that has
             no default, or a value of the wrong type (the message names the expected type).
     """
     fields = [f for f in dataclasses.fields(schema) if f.name not in skip]

@@ -26,9 +26,9 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from runlog.status import read_status
 from training.cli import continue_command
 from training.interrupt import StopRequest, read_stop, request_stop
-from training.status import read_status
 
 STOP_FILE = "STOP"  # in the sweep dir: the signal that stopped the sweep (training/interrupt.py)
 

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from training.atomic import atomic_write
+from runlog.atomic import atomic_write
 
 STATES = ("running", "finished", "diverged", "failed", "interrupted")
 DONE = ("finished", "diverged")  # a re-run of the same run dir skips these; the others resume

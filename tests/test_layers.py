@@ -1,0 +1,83 @@
+"""The floors of DESIGN.md sec. 2 hold: nothing imports upward or sideways, nothing imports in a
+circle, the ground floor (runlog/) uses the standard library only, and analysis/ stays torch-free."""
+
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# What each package may import of normlab's own; a package not listed here is not yet a floor.
+MAY_IMPORT = {
+    "runlog": set(),
+    "data": {"runlog"},
+    "model": {"runlog"},
+    "telemetry": {"runlog", "model"},
+    "training": {"runlog", "data", "model", "telemetry"},
+    "analysis": {"runlog"},
+    "train": {"runlog", "data", "model", "telemetry", "training"},
+    "scripts": {"runlog", "data", "model", "telemetry", "training", "analysis", "train"},
+}
+OURS = set(MAY_IMPORT)
+
+
+def modules() -> dict[str, Path]:
+    out = {"train": ROOT / "train.py"}
+    for package in OURS - {"train"}:
+        for path in (ROOT / package).glob("*.py"):
+            out[f"{package}.{path.stem}".removesuffix(".__init__")] = path
+    return out
+
+
+def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth of its code (lazy imports count too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_no_package_imports_upward_or_sideways():
+    bad = []
+    for name, path in modules().items():
+        home = name.split(".")[0]
+        for imported in imports(path):
+            top = imported.split(".")[0]
+            if top in OURS and top != home and top not in MAY_IMPORT[home]:
+                bad.append(f"{name} imports {imported}")
+    assert bad == []
+
+
+def test_runlog_uses_the_standard_library_only_and_analysis_no_torch():
+    for name, path in modules().items():
+        tops = {m.split(".")[0] for m in imports(path)}
+        if name.startswith("runlog"):
+            assert tops <= set(sys.stdlib_module_names) | {"runlog"}, name
+        if name.startswith("analysis"):
+            assert "torch" not in tops, name
+
+
+def test_no_import_cycles():
+    mods = modules()
+    graph = defaultdict(set)
+    for name, path in mods.items():
+        graph[name] = {m for m in imports(path) if m in mods and m != name}
+    done, stack = set(), []
+
+    def visit(node: str) -> None:
+        if node in stack:
+            raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(node) :] + [node]))
+        if node in done:
+            return
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            visit(nxt)
+        stack.pop()
+        done.add(node)
+
+    for name in sorted(graph):
+        visit(name)
