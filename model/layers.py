@@ -82,10 +82,16 @@ class EncoderLayer(nn.Module):
         self.ffn = wrap(FeedForward(cfg))
         self.block_skip = PLACEMENTS[spec.placement].block_skip
 
-    def forward(self, x: torch.Tensor, src_pad_mask: torch.Tensor | None) -> torch.Tensor:
-        """x: (B, S, D); src_pad_mask: (B, S) bool, True at padding."""
-        h = self.self_attn(x, None, src_pad_mask)
-        return self.ffn(h, skip=x if self.block_skip else None)
+    def forward(
+        self,
+        x: torch.Tensor,
+        src_pad_mask: torch.Tensor | None,
+        keep: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x: (B, S, D); src_pad_mask: (B, S) bool, True at padding; keep: (B, S) bool, True at real
+        tokens, for the norms that read the batch (``model.norms.BatchReadingNorm``; None where none does)."""
+        h = self.self_attn(x, None, src_pad_mask, keep=keep)
+        return self.ffn(h, skip=x if self.block_skip else None, keep=keep)
 
 
 class DecoderLayer(nn.Module):
@@ -111,10 +117,14 @@ class DecoderLayer(nn.Module):
         memory: torch.Tensor,
         src_pad_mask: torch.Tensor | None,
         cache: tuple[KVCache, KVCache] | None = None,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x: (B, T, D); memory: (B, S, D); src_pad_mask: (B, S) bool, True at padding;
-        cache: (self-attention, cross-attention) state for incremental decoding."""
+        cache: (self-attention, cross-attention) state for incremental decoding; keep: (B, T) bool,
+        True at real target tokens, for the norms that read the batch (None where none does), in all
+        three sublayers: each normalizes the target stream."""
         self_cache, cross_cache = cache or (None, None)
-        h = self.self_attn(x, None, None, self_cache)
-        h = self.cross_attn(h, memory, src_pad_mask, cross_cache)
-        return self.ffn(h, skip=x if self.block_skip else None)  # B2T: the skip spans both attentions
+        h = self.self_attn(x, None, None, self_cache, keep=keep)
+        h = self.cross_attn(h, memory, src_pad_mask, cross_cache, keep=keep)
+        # B2T: the skip spans both attentions
+        return self.ffn(h, skip=x if self.block_skip else None, keep=keep)

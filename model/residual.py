@@ -10,7 +10,8 @@ the block input comes back as ``skip`` (B2T).
 
 Dropout acts on the branch output, after N2 for sandwich. Each norm slot a placement leaves
 empty, and the gate when there is none, is an ``nn.Identity``, so module paths (and telemetry
-names) are stable across placements.
+names) are stable across placements. A norm that reads the batch
+(``model.norms.BatchReadingNorm``) is called with the stream's keep mask as well.
 """
 
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from model.norms import BatchReadingNorm
 from model.placements import ResidualPlan
 
 
@@ -56,7 +58,8 @@ class Residual(nn.Module):
         gate: the gate to use when the plan has one and it is shared with the block's other
             sublayers (ReZero); None: a new one from the plan.
 
-    Shapes: x (B, T, D) -> (B, T, D); ``skip`` (forward) the same shape as x.
+    Shapes: x (B, T, D) -> (B, T, D); ``skip`` (forward) the same shape as x; ``keep`` (forward)
+    (B, T) bool, True at the stream's real tokens.
     """
 
     def __init__(
@@ -86,10 +89,22 @@ class Residual(nn.Module):
             self.gate = gate if gate is not None else Gate(dim if plan.gate[0] else 1, plan.gate[1])
         self.dropout = nn.Dropout(dropout)
         self.norm_out = slot(use_out)
+        # Which slots read the batch, decided here so that token-wise norms are called as norm(x) at no cost.
+        self.in_reads, self.branch_reads, self.out_reads = (
+            isinstance(n, BatchReadingNorm) for n in (self.norm_in, self.norm_branch, self.norm_out)
+        )
 
-    def forward(self, x: torch.Tensor, *context: torch.Tensor | None, skip: torch.Tensor | None = None) -> torch.Tensor:
-        """``skip``: a tensor added before ``norm_out`` as well (B2T's block input); None: none."""
-        h = self.norm_in(x)
+    def forward(
+        self,
+        x: torch.Tensor,
+        *context: torch.Tensor | None,
+        skip: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``skip``: a tensor added before ``norm_out`` as well (B2T's block input); None: none.
+        ``keep``: the stream's keep mask, passed to the slots that hold a ``BatchReadingNorm``
+        (required where one does; token-wise norms never see it)."""
+        h = self.norm_in(x, keep) if self.in_reads else self.norm_in(x)
         if self.normed_skip:  # HybridNorm's FFN: the normed stream is what carries on
             x = h
         if self.in_scale != 1.0:
@@ -97,5 +112,8 @@ class Residual(nn.Module):
             if context and context[0] is not None:  # a cross-attention's memory (self-attention passes None)
                 context = (context[0] * self.in_scale, *context[1:])
         y = x if self.alpha == 1.0 else x * self.alpha
-        y = y + self.dropout(self.gate(self.norm_branch(self.branch(h, *context))))
-        return self.norm_out(y if skip is None else y + skip)
+        f = self.branch(h, *context)
+        f = self.norm_branch(f, keep) if self.branch_reads else self.norm_branch(f)
+        y = y + self.dropout(self.gate(f))
+        y = y if skip is None else y + skip
+        return self.norm_out(y, keep) if self.out_reads else self.norm_out(y)

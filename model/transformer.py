@@ -2,6 +2,8 @@
 
 Shape legend: B batch, S src length, T tgt length, D d_model, V tgt vocabulary size.
 Token ids are right-padded with ``pad_id``; ``src_pad_mask`` is (B, S) bool, True at padding.
+Norms that read the batch (``model.norms.BatchReadingNorm``) also get each stream's keep mask,
+True at real tokens: ``~src_pad_mask`` in the encoder, ``tgt_in != pad_id`` in the decoder.
 """
 
 import math
@@ -12,6 +14,7 @@ from torch import nn
 from model.attention import KVCache
 from model.config import ModelConfig
 from model.layers import DecoderLayer, EncoderLayer
+from model.norms import BatchReadingNorm
 from model.placements import PLACEMENTS
 
 
@@ -89,6 +92,9 @@ class EncoderDecoder(nn.Module):
     ``src_embed``, ``encoder.{i}``, ``enc_final_norm``, ``tgt_embed``, ``decoder.{i}``,
     ``dec_final_norm``, ``output``. With ``cfg.share_embeddings`` (one joint vocabulary) the
     source and target embeddings are one matrix, and with ``cfg.tie_embeddings`` so is the output.
+
+    ``reads_batch``: some norm of the model reads the batch (``model.norms.BatchReadingNorm``);
+    only then are the keep masks computed and passed down, and ``set_norm_group`` has work to do.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -102,6 +108,9 @@ class EncoderDecoder(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_dec_layers))
         self.dec_final_norm = final_norm(cfg, "dec", cfg.n_dec_layers)
         self.output = nn.Linear(D, cfg.tgt_vocab, bias=False)
+        self.reads_batch = any(isinstance(m, BatchReadingNorm) for m in self.modules())
+        self.enc_final_reads = isinstance(self.enc_final_norm, BatchReadingNorm)
+        self.dec_final_reads = isinstance(self.dec_final_norm, BatchReadingNorm)
         self._init_weights()
         if cfg.share_embeddings:  # a joint vocabulary: one embedding matrix (Press & Wolf 2017, sec. 5)
             self.src_embed.tokens.weight = self.tgt_embed.tokens.weight
@@ -138,9 +147,10 @@ class EncoderDecoder(nn.Module):
     def encode(self, src: torch.Tensor, src_pad_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_pad_mask (B, S) bool -> memory (B, S, D)."""
         x = self.src_embed(src)
+        keep = ~src_pad_mask if self.reads_batch else None  # (B, S)
         for layer in self.encoder:
-            x = layer(x, src_pad_mask)
-        return self.enc_final_norm(x)
+            x = layer(x, src_pad_mask, keep=keep)
+        return self.enc_final_norm(x, keep) if self.enc_final_reads else self.enc_final_norm(x)
 
     def decode(
         self, tgt_in: torch.Tensor, memory: torch.Tensor, src_pad_mask: torch.Tensor, cache: DecoderCache | None = None
@@ -149,17 +159,31 @@ class EncoderDecoder(nn.Module):
 
         With ``cache``, ``tgt_in`` holds only the positions after the ``len(cache)`` already
         decoded ones; the cache is updated in place and the logits cover the new positions only.
+
+        Raises:
+            RuntimeError: ``cache`` given in training mode while a norm reads the batch: its
+                training statistics would be those of the new positions alone.
         """
+        if cache is not None and self.training and self.reads_batch:
+            raise RuntimeError("incremental decoding with a norm that reads the batch needs model.eval()")
         start = 0 if cache is None else len(cache)
         x = self.tgt_embed(tgt_in, start)
+        keep = tgt_in.ne(self.cfg.pad_id) if self.reads_batch else None  # (B, T)
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, src_pad_mask, None if cache is None else cache.layers[i])
-        return self.output(self.dec_final_norm(x))
+            x = layer(x, memory, src_pad_mask, None if cache is None else cache.layers[i], keep=keep)
+        return self.output(self.dec_final_norm(x, keep) if self.dec_final_reads else self.dec_final_norm(x))
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, tgt_in (B, T) ids (BOS-shifted target) -> logits (B, T, V)."""
         src_pad_mask = src.eq(self.cfg.pad_id)  # (B, S)
         return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask)
+
+    def set_norm_group(self, group: torch.distributed.ProcessGroup | None) -> None:
+        """Have every norm that reads the batch sum its statistics over ``group``, the data-parallel
+        process group (None: this process only). Token-wise norms have no statistics to share."""
+        for module in self.modules():
+            if isinstance(module, BatchReadingNorm):
+                module.group = group
 
     def compile_layers(self) -> None:
         """``torch.compile`` each encoder and decoder layer: small graphs, quick to compile, module
