@@ -154,6 +154,8 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
               f"the whole run warms up (to step {tc.max_steps}), no decay")  # fmt: skip
     if tc.compile:
         model.compile_layers()
+    if world > 1:  # norms that read the batch take their statistics over every rank's tokens
+        model.set_norm_group(torch.distributed.group.WORLD)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else model
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast,
