@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from data.batching import Batch
-from model.telemetry import Telemetry, TelemetryConfig
+from telemetry import Telemetry, TelemetryConfig
 from tests.test_telemetry import batch, make
 from training.step import StepOptions, train_step
 
@@ -149,13 +149,13 @@ def test_out_logz_and_max_logit_equal_hand_computation_over_real_tokens():
     )  # (B, T, V)
     pad = torch.tensor([[False, False, False], [False, True, True]])
     tele = Telemetry(make(), LOGITS)
-    tele.record_logits(z.to(torch.bfloat16), pad)  # bf16 logits (autocast) are read in float32
+    tele.logits.record(z.to(torch.bfloat16), pad)  # bf16 logits (autocast) are read in float32
     got = tele.collect()
     log_z = [math.log(sum(math.exp(v) for v in row)) for row in ([0, 0, 0, 0], [1, 2, 3, 4], [-1, 5, 0, 0], [2, 2, 2, 2])]
     assert log_z[0] == pytest.approx(math.log(4)) and log_z[3] == pytest.approx(2 + math.log(4))
     assert got == pytest.approx({"out/logz": sum(log_z) / 4, "out/max_logit": 5.0}, rel=1e-6)
     off = Telemetry(make(), TelemetryConfig(every=1, sites=(), grads=False, logits=False))
-    off.record_logits(z, pad)
+    off.logits.record(z, pad)
     assert off.collect() == {}
 
 

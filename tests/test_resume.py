@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig
 
 import train as train_module
-from model.telemetry import POWER_ITERS_FIRST
+from telemetry.parameters import POWER_ITERS_FIRST
 from tests.conftest import ROOT, make_cfg, scheduled_lrs
 from tests.test_telemetry_params import torch_sigma
 from training.checkpoint import load_checkpoint, load_latest_good

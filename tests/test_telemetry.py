@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
 from runlog.metric_names import (
     ACT_STAT_SITES,
     ATTENTION_NORM_SITES,
@@ -24,6 +23,7 @@ from runlog.metric_names import (
     depth_profile,
     parse,
 )
+from telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
 from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
 from training.step import StepOptions, train_step
@@ -56,9 +56,9 @@ def watch_backward(tele: Telemetry, model, src, tgt_in, tgt_out) -> None:
     """One watched forward pass, its output logits and its backward pass, as a training step records them."""
     with tele.watch(src.eq(0), tgt_out.eq(0)):
         logits = model(src, tgt_in)
-    tele.record_logits(logits, tgt_out.eq(0))
+    tele.logits.record(logits, tgt_out.eq(0))
     F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
-    tele.record_grad_norms()
+    tele.parameters.record_grad_norms()
 
 
 def record(model, src, tgt_in, tgt_out, cfg=FULL) -> dict[str, float]:
@@ -203,7 +203,7 @@ def test_update_ratio_equals_hand_computation():
     F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
     before = [p.detach().clone() for p in model.encoder[0].parameters()]
     grads = [p.grad.clone() for p in model.encoder[0].parameters()]
-    with tele.watch_update():
+    with tele.optimizer.watch_update():
         opt.step()
     expected = 0.1 * torch.cat([g.flatten() for g in grads]).norm() / torch.cat([b.flatten() for b in before]).norm()
     assert tele.collect()["update/enc.0/ratio"] == pytest.approx(expected.item(), rel=1e-4)
@@ -374,11 +374,11 @@ def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]
     """Everything ``cfg`` records on one AdamW step of ``model`` over ``batch()``."""
     tele = Telemetry(model, cfg)
     watch_backward(tele, model, *batch())
-    tele.record_parameters()
+    tele.parameters.record()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    with tele.watch_update():
+    with tele.optimizer.watch_update():
         opt.step()
-    tele.record_adam(opt)
+    tele.optimizer.record_adam(opt)
     model.zero_grad()
     return tele.collect()
 

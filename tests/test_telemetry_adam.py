@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.telemetry import Telemetry, TelemetryConfig
 from runlog.metric_names import adam_below_eps, adam_rms, parse
+from telemetry import Telemetry, TelemetryConfig
 from tests.test_telemetry import batch, make
 from training.optim import build_optimizer
 
@@ -29,7 +29,7 @@ def adamw_steps(model, steps: int, eps: float, zero_grads=None) -> tuple[dict[st
             zero_grads(model)
         grads.append({p: p.grad.double().clone() for p in model.parameters()})
         opt.step()
-    tele.record_adam(opt)
+    tele.optimizer.record_adam(opt)
     return tele.collect(), grads
 
 
@@ -106,9 +106,9 @@ def test_adam_off_records_nothing_and_another_optimizer_is_a_value_error():
     stats, _ = adamw_steps(model, 1, 1e-9)
     assert stats
     tele = Telemetry(model, TelemetryConfig(every=1, adam=False))
-    tele.record_adam(torch.optim.SGD(model.parameters(), lr=0.1))
+    tele.optimizer.record_adam(torch.optim.SGD(model.parameters(), lr=0.1))
     assert tele.collect() == {}
     with pytest.raises(ValueError, match="telemetry.adam reads torch.optim.AdamW without amsgrad, got SGD; valid: "):
-        Telemetry(model, TelemetryConfig(every=1)).record_adam(torch.optim.SGD(model.parameters(), lr=0.1))
+        Telemetry(model, TelemetryConfig(every=1)).optimizer.record_adam(torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(ValueError, match="got AdamW"):
-        Telemetry(model, TelemetryConfig(every=1)).record_adam(torch.optim.AdamW(model.parameters(), amsgrad=True))
+        Telemetry(model, TelemetryConfig(every=1)).optimizer.record_adam(torch.optim.AdamW(model.parameters(), amsgrad=True))

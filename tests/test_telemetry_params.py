@@ -8,8 +8,9 @@ import torch.nn.functional as F
 from torch.nn.utils.parametrizations import spectral_norm
 
 from model import EncoderDecoder, ModelConfig
-from model.telemetry import POWER_ITERS, POWER_ITERS_FIRST, POWER_SEED, Telemetry, TelemetryConfig
 from runlog.metric_names import MATRIX_ROLES, WEIGHT_SITES, matrix_site, parse
+from telemetry import Telemetry, TelemetryConfig
+from telemetry.parameters import POWER_ITERS, POWER_ITERS_FIRST, POWER_SEED
 from tests.test_telemetry import make
 
 WEIGHTS = TelemetryConfig(every=1, grads=False, scales=False)
@@ -31,7 +32,7 @@ def matrices(model) -> dict[str, torch.Tensor]:
 def records(tele: Telemetry, n: int) -> list[dict[str, float]]:
     out = []
     for _ in range(n):
-        tele.record_parameters()
+        tele.parameters.record()
         out.append(tele.collect())
     return out
 
@@ -210,7 +211,7 @@ def test_learned_scales_equal_their_parameters(placement, kind, keys, present):
     model = randomized(placement, kind, **keys)
     expected = expected_scales(model)
     tele = Telemetry(model, SCALES)
-    tele.record_parameters()
+    tele.parameters.record()
     with torch.no_grad():  # values of the record step: an update before collect() does not show
         for p in model.parameters():
             p.add_(1.0)
