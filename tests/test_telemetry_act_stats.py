@@ -9,7 +9,8 @@ import torch
 from model import EncoderDecoder, ModelConfig, NormConfig
 from runlog.metric_names import ACT_STAT_SITES, parse
 from telemetry import Telemetry, TelemetryConfig
-from tests.test_telemetry import batch, qkv_model_and_batch, record
+from tests.test_telemetry import batch, record
+from tests.test_telemetry_activations import qkv_model_and_batch
 
 GARBAGE = 1e4  # written at padding positions, which must not count
 

@@ -1,5 +1,5 @@
-"""Telemetry of AdamW's state: ``update/{s}.{i}/adam_rms`` and ``optim/below_eps`` equal a hand
-computation of the second moment from the gradients the optimizer saw."""
+"""telemetry/optimizer.py: the update ratio of one step, and AdamW's state (``update/{s}.{i}/adam_rms`` and
+``optim/below_eps``) equal to a hand computation of the second moment from the gradients the optimizer saw."""
 
 import math
 
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from runlog.metric_names import adam_below_eps, adam_rms, parse
 from telemetry import Telemetry, TelemetryConfig
-from tests.test_telemetry import batch, make
+from tests.test_telemetry import FULL, batch, make
 from training.optim import build_optimizer
 
 BETA2 = 0.98
@@ -112,3 +112,17 @@ def test_adam_off_records_nothing_and_another_optimizer_is_a_value_error():
         Telemetry(model, TelemetryConfig(every=1)).optimizer.record_adam(torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(ValueError, match="got AdamW"):
         Telemetry(model, TelemetryConfig(every=1)).optimizer.record_adam(torch.optim.AdamW(model.parameters(), amsgrad=True))
+
+
+def test_update_ratio_equals_hand_computation():
+    model = make()
+    src, tgt_in, tgt_out = batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tele = Telemetry(model, FULL)
+    F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
+    before = [p.detach().clone() for p in model.encoder[0].parameters()]
+    grads = [p.grad.clone() for p in model.encoder[0].parameters()]
+    with tele.optimizer.watch_update():
+        opt.step()
+    expected = 0.1 * torch.cat([g.flatten() for g in grads]).norm() / torch.cat([b.flatten() for b in before]).norm()
+    assert tele.collect()["update/enc.0/ratio"] == pytest.approx(expected.item(), rel=1e-4)
