@@ -79,7 +79,8 @@ class Telemetry:
                 from the keys/values of the decoder's cross-attention.
             tgt_pad_mask: (B, T) bool, True at tgt padding; excluded from decoder statistics.
         """
-        handles = self.activations.hooks(src_pad_mask, tgt_pad_mask) + self.attention.hooks(src_pad_mask, tgt_pad_mask)
+        masks = (src_pad_mask, tgt_pad_mask)
+        handles = self.activations.hooks(*masks) + self.attention.hooks(*masks)
         try:
             yield
         finally:
@@ -114,7 +115,7 @@ class Telemetry:
     @contextmanager
     def _output_logits(self, tgt_pad_mask: torch.Tensor) -> Iterator[None]:
         """Record ``out/`` from the output logits (B, T, V) of the model's forward passes inside."""
-        handle = self.model.register_forward_hook(lambda mod, args, logits: self.logits.record(logits, tgt_pad_mask))
+        handle = self.model.register_forward_hook(lambda mod, args, out: self.logits.record(out, tgt_pad_mask))
         try:
             yield
         finally:

@@ -50,13 +50,13 @@ class AttentionStats:
                 handles += self._hooks(stack, i, r, getattr(layer, r).branch, queries)
         return handles
 
-    def _hooks(self, stack: str, i: int, r: str, attn: MultiHeadAttention, keep_queries: torch.Tensor) -> list:
+    def _hooks(self, stack: str, i: int, r: str, attn: MultiHeadAttention, queries: torch.Tensor) -> list:
         """Hooks on the attention's q/k taps (to see what SDPA received without projecting again) and on
         the attention itself (to see its key padding mask): one :meth:`MultiHeadAttention.logits` gives
         the configured ``attn/{stack}.{i}.{r}/entropy`` and ``.../max_logit``.
 
         Args:
-            keep_queries: (B, T) bool, True at the real (non-padding) queries.
+            queries: (B, T) bool, True at the real (non-padding) queries.
         """
         seen: dict[str, torch.Tensor] = {}
 
@@ -68,14 +68,15 @@ class AttentionStats:
 
         @torch.no_grad()
         def on_attention(mod: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
-            key_pad = args[2] if len(args) > 2 else None  # (B, S) or None: forward(x, memory, key_pad_mask, cache)
+            key_pad = args[2] if len(args) > 2 else None  # (B, S) or None: forward(x, memory, key_pad_mask, ...)
             logit = mod.logits(seen.pop("q"), seen.pop("k"), key_pad, fill=HIDDEN)  # (B, H, T, S)
             top = logit.amax(-1, keepdim=True)  # (B, H, T, 1): each query sees a real key, so a real logit
             if self.cfg.attn_max_logit:
                 per_query = top.squeeze(-1).amax(1)  # (B, T), max over heads
-                self.stats[attn_max_logit(stack, i, r).name] = per_query.masked_fill(~keep_queries, -math.inf).amax()
+                real = per_query.masked_fill(~queries, -math.inf)
+                self.stats[attn_max_logit(stack, i, r).name] = real.amax()
             if self.cfg.attn_entropy:
-                self.stats[attn_entropy(stack, i, r).name] = _mean_entropy(logit - top, keep_queries)
+                self.stats[attn_entropy(stack, i, r).name] = _mean_entropy(logit - top, queries)
 
         return [
             attn.q_tap.register_forward_hook(tap("q")),

@@ -37,7 +37,7 @@ def by_logits(attn, x: torch.Tensor, memory=None, key_pad_mask=None, cache=None)
     attn(x, memory, key_pad_mask, cache)
     for h in hooks:
         h.remove()
-    v = seen["v"] if cache is None or memory is not None else cache.v  # a self-attention cache holds every value
+    v = seen["v"] if cache is None or memory is not None else cache.v  # a self-attention cache: every value
     y = torch.softmax(attn.logits(seen["q"], seen["k"], key_pad_mask), dim=-1) @ v  # (B, H, T, K)
     B, H, T, K = y.shape
     return attn.out_proj(y.transpose(1, 2).reshape(B, T, H * K))
@@ -65,4 +65,4 @@ def test_the_logits_are_what_sdpa_softmaxes_with_padding_causal_mask_and_kv_cach
         assert torch.allclose(by_logits(dec_self, x[:, 4:7], cache=cache), full[:, 4:7], atol=1e-6)
         assert torch.allclose(by_logits(dec_self, x[:, 7:8], cache=cache), full[:, 7:8], atol=1e-6)
     hidden = dec_self.logits(torch.randn(1, 4, 3, 8), torch.randn(1, 4, 3, 8))
-    assert torch.isneginf(hidden[..., 0, 1:]).all() and torch.isfinite(hidden[..., 2, :]).all()  # future keys: -inf
+    assert torch.isneginf(hidden[..., 0, 1:]).all() and torch.isfinite(hidden[..., 2, :]).all()  # future: -inf
