@@ -2,7 +2,9 @@
 
 Shape legend: B batch, T query length, S key length, D d_model, H n_heads, K = D // H.
 Masks follow PyTorch's ``key_padding_mask`` convention: True marks a padding key to ignore.
-SDPA picks a flash / memory-efficient kernel on GPU; the attention matrix is never kept.
+SDPA picks a flash / memory-efficient kernel on GPU; the attention matrix is never kept. What it
+computes inside, the masked pre-softmax logits, is written out in one place for statistics,
+:meth:`MultiHeadAttention.logits`, from the :meth:`MultiHeadAttention.mask` that ``forward`` hands SDPA.
 A query whose keys are all masked gets zeros from SDPA, never NaN.
 
 Incremental decoding passes a :class:`KVCache`: self-attention appends the new keys/values to
@@ -92,13 +94,62 @@ class MultiHeadAttention(nn.Module):
         self.v_norm = nn.Identity() if v_norm is None else v_norm
         # A plain None attribute when off: models without it keep exactly their state dict.
         self.temperature = None if temperature is None else nn.Parameter(torch.tensor([float(temperature)]))
-        # Named identity taps: telemetry hooks read q and k here instead of recomputing them.
+        # Named identity taps on q and k as SDPA receives them: hooks read them here and pass them to
+        # ``logits`` instead of projecting again.
         self.q_tap = nn.Identity()
         self.k_tap = nn.Identity()
 
     def linear_roles(self) -> dict[str, nn.Linear]:
         """The projections by role, for init rules (``model.placements``)."""
         return {"attn.q": self.q_proj, "attn.k": self.k_proj, "attn.v": self.v_proj, "attn.out": self.out_proj}
+
+    def mask(self, q: torch.Tensor, k: torch.Tensor, key_pad_mask: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
+        """Which keys each query sees, as ``forward`` hands it to SDPA: ``(attn_mask, is_causal)``.
+
+        Args:
+            q: (B, H, T, K) queries; k: (B, H, S, K) keys, a cache's included. A causal attention's T
+                queries are the last of its S positions, after the S - T = P a :class:`KVCache` holds.
+            key_pad_mask: (B, S) bool, True at padding keys; None: none.
+
+        Returns:
+            ``attn_mask``: (B, 1, 1, S) or (T, S) bool, True = attend, or None (every key); ``is_causal``:
+            SDPA's causal mask on top, aligned top-left.
+        """
+        T, S = q.shape[2], k.shape[2]
+        attn_mask = None if key_pad_mask is None else ~key_pad_mask[:, None, None, :]  # (B, 1, 1, S)
+        # One new query sees every cached key: no causal mask. Several new queries after a cached
+        # prefix need the causal mask shifted by P (SDPA's is_causal aligns it top-left).
+        is_causal = self.causal and T > 1
+        past = S - T
+        if is_causal and past:
+            attn_mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(past)  # (T, P + T)
+            is_causal = False
+        return attn_mask, is_causal
+
+    def logits(
+        self, q: torch.Tensor, k: torch.Tensor, key_pad_mask: torch.Tensor | None = None, fill: float = -math.inf
+    ) -> torch.Tensor:
+        """The pre-softmax logits that ``forward``'s SDPA call computes in its kernel, written out:
+        q.k / sqrt(K) (SDPA's default scale; with l2 QK-norm, q already carries g * sqrt(K), so this is
+        g * cos(q, k)), and ``fill`` at every key :meth:`mask` hides.
+
+        Args:
+            q: (B, H, T, K) queries as SDPA receives them (``q_tap``'s output).
+            k: (B, H, S, K) keys as SDPA receives them (``k_tap``'s output, a cache's keys included).
+            key_pad_mask: (B, S) bool, True at padding keys, as ``forward`` got it; None: none.
+            fill: the logit of a hidden key; -inf is what the softmax sees, a large finite value keeps
+                0 * fill at 0 in a sum over keys.
+
+        Returns:
+            (B, H, T, S) float32.
+        """
+        T, S = q.shape[2], k.shape[2]
+        attn_mask, is_causal = self.mask(q, k, key_pad_mask)
+        logit = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])  # (B, H, T, S)
+        if is_causal:
+            causal = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # (T, S), SDPA's is_causal
+            attn_mask = causal if attn_mask is None else attn_mask & causal
+        return logit if attn_mask is None else logit.masked_fill(~attn_mask, fill)
 
     def forward(
         self,
@@ -125,11 +176,9 @@ class MultiHeadAttention(nn.Module):
         H, K = self.n_heads, D // self.n_heads
         q = self.q_norm(self.q_proj(x).view(B, T, H, K).transpose(1, 2))  # (B, H, T, K)
         if self.temperature is not None:
-            # SDPA divides q.k by sqrt(K): g * sqrt(K) on q leaves g * q.k. Before the tap, so telemetry's
-            # q.k / sqrt(K) still recomputes the true logits.
+            # SDPA divides q.k by sqrt(K): g * sqrt(K) on q leaves g * q.k.
             q = q * (self.temperature.to(q.dtype) * math.sqrt(K))
         q = self.q_tap(q)
-        past = 0 if cache is None or memory is not None else len(cache)
         if cache is not None and memory is not None and cache.k is not None:
             k, v = cache.k, cache.v  # (B, H, S, K), projected (and normalized) from the memory at the first step
         else:
@@ -137,17 +186,11 @@ class MultiHeadAttention(nn.Module):
             k = self.k_norm(self.k_proj(kv).view(B, S, H, K).transpose(1, 2))  # (B, H, S, K)
             v = self.v_norm(self.v_proj(kv).view(B, S, H, K).transpose(1, 2))  # (B, H, S, K)
             if cache is not None:
-                if past:
+                if cache.k is not None:  # self-attention after P cached positions
                     k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)  # (B, H, P + T, K)
                 cache.k, cache.v = k, v
         k = self.k_tap(k)
-        attn_mask = None if key_pad_mask is None else ~key_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = attend
-        # One new query sees every cached key: no causal mask. Several new queries after a cached
-        # prefix need the causal mask shifted by P (SDPA's is_causal aligns it top-left).
-        is_causal = self.causal and T > 1
-        if is_causal and past:
-            attn_mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)  # (T, P + T)
-            is_causal = False
+        attn_mask, is_causal = self.mask(q, k, key_pad_mask)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0, is_causal=is_causal
         )  # (B, H, T, K)

@@ -192,7 +192,7 @@ class EncoderDecoder(nn.Module):
         Compiled random ops use ATen's generator (inductor's ``fallback_random``) instead of
         inductor's own Philox stream, so compiled layers draw the same dropout masks as eager
         ones and advance the generator alike: the eager pass telemetry records from sees the
-        training pass's masks (model/telemetry.py), and compiled and eager runs of one seed
+        training pass's masks (telemetry/__init__.py), and compiled and eager runs of one seed
         train alike.
         """
         for layer in [*self.encoder, *self.decoder]:

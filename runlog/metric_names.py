@@ -170,7 +170,7 @@ def parse(name: str) -> Metric | None:
 
 
 def derive_stats(raw: dict[str, float]) -> dict[str, float]:
-    """The stats of ``STATS`` that the raw sums ``model/telemetry.py`` takes of one site's real
+    """The stats of ``STATS`` that the raw sums ``telemetry/activations.py`` takes of one site's real
     elements on the device allow (definitions, sources and Gaussian baselines: docs/telemetry.md):
 
     - ``sumsq`` = sum x^2, ``sum`` = sum x, ``maxabs`` = max |x|, ``n`` = their count: rms, mean,

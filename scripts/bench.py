@@ -31,8 +31,8 @@ from omegaconf import OmegaConf
 from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
 from model.norms import build_norm
-from model.telemetry import Telemetry, TelemetryConfig
 from scripts.bench_model import SIZES, bench_model
+from telemetry import Telemetry, TelemetryConfig
 from training.optim import build_optimizer, build_scheduler
 from training.step import StepOptions, train_step
 

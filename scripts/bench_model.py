@@ -22,8 +22,8 @@ from torch import nn
 from data.batching import Batch
 from data.tokenizer import PAD_ID
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.telemetry import Telemetry, TelemetryConfig
 from model.transformer import Embedding
+from telemetry import Telemetry, TelemetryConfig
 from training.optim import build_optimizer, build_scheduler
 from training.step import StepOptions, train_step
 

@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import train as train_module
 from data.batching import Batch
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.telemetry import Telemetry, TelemetryConfig
+from telemetry import Telemetry, TelemetryConfig
 from tests.conftest import make_cfg
 from training.optim import build_optimizer, build_scheduler
 from training.step import StepOptions, train_step

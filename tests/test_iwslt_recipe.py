@@ -14,7 +14,7 @@ from data.batching import Batch
 from model import EncoderDecoder, ModelConfig
 from model.attention import MultiHeadAttention
 from model.layers import FeedForward
-from model.telemetry import Telemetry, TelemetryConfig
+from telemetry import Telemetry, TelemetryConfig
 from tests.conftest import ROOT, make_cfg, scheduled_lrs
 from training.optim import build_optimizer, build_scheduler
 from training.run import config_diff, model_config

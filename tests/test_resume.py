@@ -15,9 +15,9 @@ import torch
 from omegaconf import DictConfig
 
 import train as train_module
-from model.telemetry import POWER_ITERS_FIRST
+from telemetry.parameters import POWER_ITERS_FIRST
 from tests.conftest import ROOT, make_cfg, scheduled_lrs
-from tests.test_telemetry_params import torch_sigma
+from tests.test_telemetry_parameters import torch_sigma
 from training.checkpoint import load_checkpoint, load_latest_good
 
 # Dropout on and a per-step log, so RNG state and data order both show in every logged loss.

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.telemetry import Telemetry, TelemetryConfig
 from runlog.metric_names import ACT_STAT_SITES, parse
-from tests.test_telemetry import batch, qkv_model_and_batch, record
+from telemetry import Telemetry, TelemetryConfig
+from tests.test_telemetry import batch, record
+from tests.test_telemetry_activations import qkv_model_and_batch
 
 GARBAGE = 1e4  # written at padding positions, which must not count
 

@@ -1,5 +1,5 @@
 """Every telemetry statistic on Gaussian input equals the baseline docs/telemetry.md states for it,
-measured through the real hooks (Telemetry.watch, record_grad_norms, watch_update)."""
+measured through the real hooks (Telemetry.watch, the parameters' record_grad_norms, the optimizer's watch_update)."""
 
 import math
 import re
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.telemetry import Telemetry, TelemetryConfig
+from telemetry import Telemetry, TelemetryConfig
 from training.optim import build_optimizer
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "telemetry.md"
@@ -95,10 +95,10 @@ def test_docs_max_table_is_the_exact_expectation_and_the_gumbel_approximation_ho
 
 
 def test_module_docstring_quotes_the_docs_table():
-    import model.telemetry
+    import telemetry.activations
 
     table = {(int(r[0]), int(r[1])): r[3] for r in doc_table("tokens")}
-    quoted = re.findall(r"(\d\.\d\d) at (?:n = )?(\d+) x (\d+)", " ".join(model.telemetry.__doc__.split()))
+    quoted = re.findall(r"(\d\.\d\d) at (?:n = )?(\d+) x (\d+)", " ".join(telemetry.activations.__doc__.split()))
     assert len(quoted) == 2
     for value, tokens, d in quoted:
         assert table[(int(tokens), int(d))] == value
@@ -276,7 +276,7 @@ def test_grad_norm_of_gaussian_gradients_is_sigma_sqrt_p():
     for p in model.parameters():
         p.grad = sigma * torch.randn(p.shape, generator=gen)
     tele = Telemetry(model, TelemetryConfig(every=1))
-    tele.record_grad_norms()
+    tele.parameters.record_grad_norms()
     stats = tele.collect()
     for name, block in (("enc.0", model.encoder[0]), ("dec.0", model.decoder[0])):
         P = sum(p.numel() for p in block.parameters())
@@ -290,7 +290,7 @@ def first_adamw_ratio(model: EncoderDecoder, lr: float, grad_scale: float) -> fl
         p.grad = grad_scale * torch.randn(p.shape, generator=gen)
     opt = build_optimizer(model, lr=lr, betas=(0.9, 0.98), weight_decay=0.01, eps=1e-9)
     tele = Telemetry(model, TelemetryConfig(every=1, updates=True))
-    with tele.watch_update():
+    with tele.optimizer.watch_update():
         opt.step()
     return tele.collect()["update/enc.0/ratio"]
 
@@ -359,7 +359,7 @@ def test_gaussian_logits_log_z_matches_the_docs():
         z = torch.randn(2, tokens // 2 + 16, V, generator=gen)
         pad = torch.arange(tokens // 2 + 16) >= tokens // 2  # 16 padding positions per row, at 1e4: must not count
         z[:, pad] = 1e4
-        tele.record_logits(z, pad.expand(2, -1))
+        tele.logits.record(z, pad.expand(2, -1))
         assert tele.collect()["out/logz"] == pytest.approx(log_z, abs=0.012)
 
 
@@ -384,7 +384,7 @@ def test_max_logits_of_model_small_at_init_match_the_docs(preset):
         src, tgt = torch.randint(4, 31, (400, 10), generator=g), torch.randint(4, 43, (400, 10), generator=g)
         tele = Telemetry(model, TelemetryConfig(every=1, sites=(), grads=False, attn_max_logit=True, logits=True))
         with tele.watch(src.eq(0), tgt.eq(0)), torch.no_grad():
-            tele.record_logits(model(src, tgt), tgt.eq(0))
+            tele.logits.record(model(src, tgt), tgt.eq(0))
         for name, value in tele.collect().items():
             low, high = ranges.get(name, ranges["attn"])
             assert low - 0.05 <= value <= high + 0.05, (seed, name, value)  # the docs round to 0.1

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import train as train_module
 from data.batching import Batch
 from data.tokenizer import PAD_ID
-from model.telemetry import Telemetry, TelemetryConfig
+from telemetry import Telemetry, TelemetryConfig
 from tests.conftest import make_cfg
 from tests.test_telemetry import batch, make
 from training.optim import build_optimizer, build_scheduler

@@ -6,7 +6,7 @@ A checkpoint is one ``torch.save`` dict: ``config`` (resolved run config), ``mod
 states; a single dict in checkpoints written before per-rank streams), ``counters`` (training seconds and tokens so far),
 ``spikes`` (the spike scores' running state, ``training.spikes.RunSpikes``; absent from checkpoints
 written before spike scores), ``telemetry`` (each weight matrix's power-iteration vector,
-``model.telemetry.Telemetry.state_dict``; absent from checkpoints written before it), ``task`` and
+``telemetry.Telemetry.state_dict``; absent from checkpoints written before it), ``task`` and
 ``vocab`` (see ``training/tasks.py``) and ``format``. The learning-rate schedule is not stored: it
 is a function of (config, step), re-planned on resume.
 

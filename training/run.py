@@ -19,8 +19,8 @@ from torch.nn.parallel import DistributedDataParallel
 from data.batching import check_budget
 from data.tokenizer import PAD_ID
 from model import EncoderDecoder, ModelConfig, NormConfig
-from model.telemetry import Telemetry, TelemetryConfig
 from runlog.status import write_status
+from telemetry import Telemetry, TelemetryConfig
 from training import distributed
 from training.checkpoint import LATEST, resolve_resume, rng_state, save_checkpoint, set_rng_state
 from training.evaluate import evaluate_loss

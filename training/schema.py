@@ -29,8 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.translation import TranslationDataConfig
 from model.config import ModelConfig, NormConfig
-from model.telemetry import TelemetryConfig
 from runlog.renames import renamed_message
+from telemetry import TelemetryConfig
 from training.evaluate import DecodeConfig
 from training.optim import DECAYS, INVERSE_SQRT_NEEDS_WARMUP
 

@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from data.batching import Batch
 from data.tokenizer import PAD_ID
-from model.telemetry import Telemetry
+from telemetry import Telemetry
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,11 @@ def train_step(
     the objective adds c * mean((log Z)^2) over the same tokens, weighted the same way
     (:func:`token_losses`).
 
-    With ``record``, telemetry watches the first micro-batch's forward pass (with compiled layers,
-    through an extra eager pass: :meth:`Telemetry.watch_forward`) and its output logits, the
-    gradients before clipping, the parameters before the update (weight spectra, learned scales),
-    the update, and the optimizer's state after it (:meth:`Telemetry.record_adam`); losses and
-    weights are bit-identical with it on or off. Nothing here reads a value back to the host.
+    Telemetry is called at three named points, which record only with ``record``: around the first
+    micro-batch's forward pass (activations, attention and output logits; with compiled layers through
+    an extra eager pass), after the backward passes (gradients before clipping, parameters before the
+    update) and around the update (update ratios, AdamW's state after it): :class:`telemetry.Telemetry`.
+    Losses and weights are bit-identical with it on or off. Nothing here reads a value back to the host.
 
     Args:
         model: the EncoderDecoder, or it wrapped in DistributedDataParallel.
@@ -117,14 +117,9 @@ def train_step(
     for m, batch in enumerate(micro):
         last = m == len(micro) - 1
         sync = model.no_sync() if isinstance(model, DistributedDataParallel) and not last else nullcontext()
-        taps = nullcontext()
-        if o.record and m == 0:
-            taps = telemetry.watch_forward(batch.src, batch.tgt_in, batch.src_pad_mask, batch.tgt_pad_mask)
         with sync:
-            with o.autocast, taps:
+            with o.autocast, telemetry.around_forward(batch, record=o.record and m == 0):
                 logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-            if o.record and m == 0:
-                telemetry.record_logits(logits, batch.tgt_pad_mask)
             weight = batch.n_tgt_tokens / o.step_tokens * o.world
             ce, z = token_losses(logits, batch.tgt_out, o)
             loss = ce * weight
@@ -133,15 +128,11 @@ def train_step(
                 z_total += z.detach()
             (loss if z is None else loss + z).backward()
         total += loss.detach()
-    if o.record:
-        telemetry.record_grad_norms()
-        telemetry.record_parameters()
+    telemetry.after_backward(record=o.record)
     # max_norm=inf scales by 1 (a no-op) and still returns the norm, which is logged either way.
     max_norm = math.inf if o.grad_clip is None else o.grad_clip
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    with telemetry.watch_update() if o.record else nullcontext():
+    with telemetry.around_update(opt, record=o.record):
         opt.step()
-    if o.record:
-        telemetry.record_adam(opt)
     sched.step()
     return StepResult(total, grad_norm, z_total)

@@ -7,7 +7,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from model.telemetry import first_nonfinite
+from telemetry import first_nonfinite
 from training import distributed
 from training.run import Run
 from training.step import StepResult

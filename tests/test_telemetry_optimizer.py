@@ -1,5 +1,5 @@
-"""Telemetry of AdamW's state: ``update/{s}.{i}/adam_rms`` and ``optim/below_eps`` equal a hand
-computation of the second moment from the gradients the optimizer saw."""
+"""telemetry/optimizer.py: the update ratio of one step, and AdamW's state (``update/{s}.{i}/adam_rms`` and
+``optim/below_eps``) equal to a hand computation of the second moment from the gradients the optimizer saw."""
 
 import math
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.telemetry import Telemetry, TelemetryConfig
 from runlog.metric_names import adam_below_eps, adam_rms, parse
-from tests.test_telemetry import batch, make
+from telemetry import Telemetry, TelemetryConfig
+from tests.test_telemetry import FULL, batch, make
 from training.optim import build_optimizer
 
 BETA2 = 0.98
@@ -29,7 +29,7 @@ def adamw_steps(model, steps: int, eps: float, zero_grads=None) -> tuple[dict[st
             zero_grads(model)
         grads.append({p: p.grad.double().clone() for p in model.parameters()})
         opt.step()
-    tele.record_adam(opt)
+    tele.optimizer.record_adam(opt)
     return tele.collect(), grads
 
 
@@ -106,9 +106,23 @@ def test_adam_off_records_nothing_and_another_optimizer_is_a_value_error():
     stats, _ = adamw_steps(model, 1, 1e-9)
     assert stats
     tele = Telemetry(model, TelemetryConfig(every=1, adam=False))
-    tele.record_adam(torch.optim.SGD(model.parameters(), lr=0.1))
+    tele.optimizer.record_adam(torch.optim.SGD(model.parameters(), lr=0.1))
     assert tele.collect() == {}
     with pytest.raises(ValueError, match="telemetry.adam reads torch.optim.AdamW without amsgrad, got SGD; valid: "):
-        Telemetry(model, TelemetryConfig(every=1)).record_adam(torch.optim.SGD(model.parameters(), lr=0.1))
+        Telemetry(model, TelemetryConfig(every=1)).optimizer.record_adam(torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(ValueError, match="got AdamW"):
-        Telemetry(model, TelemetryConfig(every=1)).record_adam(torch.optim.AdamW(model.parameters(), amsgrad=True))
+        Telemetry(model, TelemetryConfig(every=1)).optimizer.record_adam(torch.optim.AdamW(model.parameters(), amsgrad=True))
+
+
+def test_update_ratio_equals_hand_computation():
+    model = make()
+    src, tgt_in, tgt_out = batch()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tele = Telemetry(model, FULL)
+    F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
+    before = [p.detach().clone() for p in model.encoder[0].parameters()]
+    grads = [p.grad.clone() for p in model.encoder[0].parameters()]
+    with tele.optimizer.watch_update():
+        opt.step()
+    expected = 0.1 * torch.cat([g.flatten() for g in grads]).norm() / torch.cat([b.flatten() for b in before]).norm()
+    assert tele.collect()["update/enc.0/ratio"] == pytest.approx(expected.item(), rel=1e-4)

@@ -1,6 +1,7 @@
-"""Parameter telemetry: ``weight/`` spectra by warm-started power iteration (parity with
-torch's spectral_norm, convergence to the exact spectral norm, no global RNG) and ``scale/`` values
-equal to the learned parameters they name, read at the record step."""
+"""telemetry/parameters.py: ``weight/`` spectra by warm-started power iteration (parity with
+torch's spectral_norm, convergence to the exact spectral norm, no global RNG), ``scale/`` values
+equal to the learned parameters they name, read at the record step, and ``grad/`` norms with the trend
+of Xiong et al. 2020's Fig. 3 at initialization."""
 
 import pytest
 import torch
@@ -8,9 +9,11 @@ import torch.nn.functional as F
 from torch.nn.utils.parametrizations import spectral_norm
 
 from model import EncoderDecoder, ModelConfig
-from model.telemetry import POWER_ITERS, POWER_ITERS_FIRST, POWER_SEED, Telemetry, TelemetryConfig
 from runlog.metric_names import MATRIX_ROLES, WEIGHT_SITES, matrix_site, parse
+from telemetry import Telemetry, TelemetryConfig
+from telemetry.parameters import POWER_ITERS, POWER_ITERS_FIRST, POWER_SEED
 from tests.test_telemetry import make
+from tests.test_telemetry_activations import mean_over_seeds
 
 WEIGHTS = TelemetryConfig(every=1, grads=False, scales=False)
 SCALES = TelemetryConfig(every=1, grads=False, weights=False)
@@ -31,7 +34,7 @@ def matrices(model) -> dict[str, torch.Tensor]:
 def records(tele: Telemetry, n: int) -> list[dict[str, float]]:
     out = []
     for _ in range(n):
-        tele.record_parameters()
+        tele.parameters.record()
         out.append(tele.collect())
     return out
 
@@ -210,7 +213,7 @@ def test_learned_scales_equal_their_parameters(placement, kind, keys, present):
     model = randomized(placement, kind, **keys)
     expected = expected_scales(model)
     tele = Telemetry(model, SCALES)
-    tele.record_parameters()
+    tele.parameters.record()
     with torch.no_grad():  # values of the record step: an update before collect() does not show
         for p in model.parameters():
             p.add_(1.0)
@@ -222,3 +225,11 @@ def test_learned_scales_equal_their_parameters(placement, kind, keys, present):
     assert {f"scale/{k}" for k in present} <= stats.keys()
     if placement == "rezero":  # one alpha shared by the block's sublayers
         assert stats["scale/dec.0.self_attn.gate/alpha"] == stats["scale/dec.0.ffn.gate/alpha"]
+
+
+def test_xiong_fig3_post_ln_gradients_grow_toward_the_output_pre_ln_do_not():
+    post = mean_over_seeds("post", "grad/dec.{i}/norm")
+    pre = mean_over_seeds("pre", "grad/dec.{i}/norm")
+    assert post[-1] / post[0] > 2.0, post
+    assert pre[-1] / pre[0] < 1.2, pre
+    assert post[-1] / post[0] > 2 * pre[-1] / pre[0]

@@ -1,0 +1,100 @@
+"""Attention statistics from the pre-softmax logits, as the model itself writes them out.
+
+``attn/{s}.{i}.{a}/entropy``: the softmax entropy in nats of each real query's row, mean over heads and
+real queries; ``attn/{s}.{i}.{a}/max_logit``: the largest logit over heads, real queries and the keys
+they see (``{a}``: ``self_attn`` or ``cross_attn``). Both come from one
+:meth:`model.attention.MultiHeadAttention.logits` per attention and step, fed the q and k that SDPA
+received (hooks on the attention's ``q_tap`` and ``k_tap``) and the key padding mask the attention was
+called with, so the scale (q.k / sqrt(K), or g * cos(q, k) with l2 QK-norm), the masks and the KV cache
+are the model's own. Definitions and Gaussian baselines: docs/telemetry.md.
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from model.attention import MultiHeadAttention
+from model.transformer import EncoderDecoder
+from runlog.metric_names import ATTENTIONS, attn_entropy, attn_max_logit
+from telemetry.core import DeviceStats, TelemetryConfig, blocks
+
+# A hidden key's logit: a large finite negative, not -inf, so that exp() gives exactly 0 and 0 * logit
+# stays 0 instead of NaN in the entropy's sum over keys.
+HIDDEN = -1e9
+
+
+class AttentionStats:
+    """``attn/.../entropy`` and ``attn/.../max_logit`` of the forward passes run while :meth:`hooks`'
+    handles exist, written into ``stats``."""
+
+    def __init__(self, model: EncoderDecoder, cfg: TelemetryConfig, stats: DeviceStats) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.stats = stats
+
+    def hooks(self, src_pad_mask: torch.Tensor, tgt_pad_mask: torch.Tensor) -> list[RemovableHandle]:
+        """Register the hooks of every attention (none when both statistics are off); the caller removes them.
+
+        Args:
+            src_pad_mask: (B, S) bool, True at src padding: the encoder's padding queries.
+            tgt_pad_mask: (B, T) bool, True at tgt padding: the decoder's padding queries.
+        """
+        if not (self.cfg.attn_entropy or self.cfg.attn_max_logit):
+            return []
+        handles = []
+        for stack, i, layer in blocks(self.model):
+            queries = ~(tgt_pad_mask if stack == "dec" else src_pad_mask)
+            for r in (r for r in ATTENTIONS if hasattr(layer, r)):
+                handles += self._hooks(stack, i, r, getattr(layer, r).branch, queries)
+        return handles
+
+    def _hooks(self, stack: str, i: int, r: str, attn: MultiHeadAttention, queries: torch.Tensor) -> list:
+        """Hooks on the attention's q/k taps (to see what SDPA received without projecting again) and on
+        the attention itself (to see its key padding mask): one :meth:`MultiHeadAttention.logits` gives
+        the configured ``attn/{stack}.{i}.{r}/entropy`` and ``.../max_logit``.
+
+        Args:
+            queries: (B, T) bool, True at the real (non-padding) queries.
+        """
+        seen: dict[str, torch.Tensor] = {}
+
+        def tap(key: str):
+            def hook(mod: nn.Module, args: tuple, out: torch.Tensor) -> None:
+                seen[key] = out.detach()
+
+            return hook
+
+        @torch.no_grad()
+        def on_attention(mod: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
+            key_pad = args[2] if len(args) > 2 else None  # (B, S) or None: forward(x, memory, key_pad_mask, ...)
+            logit = mod.logits(seen.pop("q"), seen.pop("k"), key_pad, fill=HIDDEN)  # (B, H, T, S)
+            top = logit.amax(-1, keepdim=True)  # (B, H, T, 1): each query sees a real key, so a real logit
+            if self.cfg.attn_max_logit:
+                per_query = top.squeeze(-1).amax(1)  # (B, T), max over heads
+                real = per_query.masked_fill(~queries, -math.inf)
+                self.stats[attn_max_logit(stack, i, r).name] = real.amax()
+            if self.cfg.attn_entropy:
+                self.stats[attn_entropy(stack, i, r).name] = _mean_entropy(logit - top, queries)
+
+        return [
+            attn.q_tap.register_forward_hook(tap("q")),
+            attn.k_tap.register_forward_hook(tap("k")),
+            attn.register_forward_hook(on_attention),
+        ]
+
+
+def _mean_entropy(z: torch.Tensor, keep_queries: torch.Tensor) -> torch.Tensor:
+    """Mean over heads and real queries of the softmax entropy (nats) of each row of z.
+
+    Args:
+        z: (B, H, T, S) logits minus their row max (hidden keys at about ``HIDDEN``).
+        keep_queries: (B, T) bool, True at the real queries.
+    """
+    # H(p) = log Z - sum_j p_j z_j with p = exp(z) / Z; cheaper than softmax + entr on rows as short as these.
+    e = z.exp()
+    Z = e.sum(-1)  # (B, H, T)
+    ent = (Z.log() - (e * z).sum(-1) / Z).mean(1)  # (B, T), mean over heads
+    w = keep_queries.float()
+    return (ent * w).sum() / w.sum()

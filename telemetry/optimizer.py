@@ -1,0 +1,96 @@
+"""What one optimizer step did and the AdamW state it left, per block.
+
+- ``update/{s}.{i}/ratio``: ||w_after - w_before|| / ||w_before|| over block i's parameters, of one step
+  (:meth:`OptimizerStats.watch_update`, around ``optimizer.step()``; copies the weights before it).
+- ``update/{s}.{i}/adam_rms`` and ``optim/below_eps``: from AdamW's moments after the step
+  (:meth:`OptimizerStats.record_adam`).
+
+Definitions and baselines: docs/telemetry.md, "Update ratio" and "AdamW state".
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from model.transformer import EncoderDecoder
+from runlog.metric_names import adam_below_eps, adam_rms, update_ratio
+from telemetry.core import DeviceStats, TelemetryConfig, blocks
+
+
+class OptimizerStats:
+    """Update ratios and AdamW-state statistics of ``model``'s blocks, written into ``stats``."""
+
+    def __init__(self, model: EncoderDecoder, cfg: TelemetryConfig, stats: DeviceStats) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.stats = stats
+
+    @contextmanager
+    def watch_update(self) -> Iterator[None]:
+        """Around ``optimizer.step()``: record ||w_after - w_before|| / ||w_before|| per block (``cfg.updates``)."""
+        if not self.cfg.updates:
+            yield
+            return
+        before = {(stack, i): [p.detach().clone() for p in layer.parameters()] for stack, i, layer in blocks(self.model)}
+        yield
+        with torch.no_grad():
+            for stack, i, layer in blocks(self.model):
+                pairs = zip(layer.parameters(), before[stack, i], strict=True)
+                delta = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p - b) for p, b in pairs]))
+                weight = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b) for b in before[stack, i]]))
+                self.stats[update_ratio(stack, i).name] = delta / weight
+
+    @torch.no_grad()
+    def record_adam(self, opt: torch.optim.Optimizer) -> None:
+        """Store ``update/{s}.{i}/adam_rms`` per block and ``optim/below_eps`` from ``opt``'s state; call
+        right after ``opt.step()``; nothing when ``cfg.adam`` is off.
+
+        With v_hat = ``exp_avg_sq`` / (1 - beta2^t), t = ``state['step']``, the bias-corrected second
+        moment that this step's update divided by (it already holds the step's gradient g_t, as StableAdamW's
+        debiased u_t does), and g_t = ``p.grad`` (after clipping, as the step read it):
+
+        - ``adam_rms`` = sqrt(mean over the coordinates of block i's parameters that have a gradient of
+          g_t^2 / max(v_hat, eps^2)): RMS_t of StableAdamW (Wortsman et al. 2023, "Stable and low-precision
+          training for large-scale vision-language models", arXiv 2304.13013, Algorithm 2), pooled over the
+          block instead of per tensor. max(v_hat, eps^2) keeps a coordinate whose v is 0 (so is its g) at 0.
+        - ``below_eps`` = the share of the coordinates of every parameter ``opt`` holds with
+          sqrt(v_hat) < eps (taken as v_hat < eps^2), those where eps dominates Adam's denominator
+          sqrt(v_hat) + eps; a parameter without state yet (never had a gradient) counts as v = 0.
+
+        eps and beta2 are each parameter's group's. Everything stays on the device (no ``.item()``:
+        the fused optimizer keeps ``step`` there).
+
+        Raises:
+            ValueError: ``opt`` is not ``torch.optim.AdamW``, or uses amsgrad (its denominator is another v).
+        """
+        if not self.cfg.adam:
+            return
+        if not isinstance(opt, torch.optim.AdamW) or any(g["amsgrad"] for g in opt.param_groups):
+            raise ValueError(
+                f"telemetry.adam reads torch.optim.AdamW without amsgrad, got {type(opt).__name__}; "
+                "valid: AdamW(amsgrad=False), or telemetry.adam=false"
+            )
+        ratio: dict[torch.Tensor, torch.Tensor] = {}  # parameter -> sum of g^2 / max(v_hat, eps^2) over it
+        below: list[torch.Tensor] = []
+        never_stepped = total = 0
+        for group in opt.param_groups:
+            beta2, floor = group["betas"][1], group["eps"] ** 2
+            for p in group["params"]:
+                total += p.numel()
+                state = opt.state.get(p)
+                if not state:
+                    never_stepped += p.numel()
+                    continue
+                # step as a float64 0-dim tensor: no host sync when the fused optimizer keeps it on the device.
+                v_hat = state["exp_avg_sq"].float() / (1 - beta2 ** state["step"].double())
+                below.append(v_hat.lt(floor).sum())
+                if p.grad is not None:
+                    ratio[p] = (p.grad.float().square() / v_hat.clamp_min(floor)).sum()
+        if below:  # some parameter has state
+            self.stats[adam_below_eps().name] = (torch.stack(below).sum() + never_stepped) / total
+        for stack, i, layer in blocks(self.model):
+            seen = [p for p in layer.parameters() if p in ratio]
+            if seen:
+                mean = torch.stack([ratio[p] for p in seen]).sum() / sum(p.numel() for p in seen)
+                self.stats[adam_rms(stack, i).name] = mean.sqrt()
