@@ -40,11 +40,11 @@ from training.window import LogWindow, NonFiniteLossError
 
 def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     """Run one training job described by ``cfg``; returns the final test metrics (PER/WER for
-    G2P, BLEU/chrF for translation: see ``training/tasks.py``).
+    G2P, BLEU/chrF for translation: see ``training/tasks/``).
 
     Writes into ``run_dir`` (default: Hydra's output dir; under torchrun rank 0 only):
     ``config.yaml`` (resolved), ``metrics.jsonl``, ``status.json``, ``checkpoint.pt`` (+ the
-    previous one), ``src_vocab.json``, ``tgt_vocab.json``. With ``train.resume=auto`` (the
+    previous one), ``src_vocab.json``, ``tgt_vocab.json``, ``task.json`` (the task's metric spec). With ``train.resume=auto`` (the
     default) a run dir that already holds a finished or diverged run is skipped, and one that
     holds an unfinished run continues from its latest good checkpoint.
 

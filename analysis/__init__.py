@@ -1,7 +1,7 @@
 """Reading and comparing finished runs, offline: what ``scripts/report.py`` and ``scripts/wandb_workspace.py`` share.
 
-- ``runs``: the :class:`~analysis.runs.Run` record of one run directory, and the task a set of runs is;
-- ``load``: run directories -> runs (never failing on a bad run);
+- ``runs``: the :class:`~analysis.runs.Run` record of one run directory;
+- ``load``: run directories -> runs (never failing on a bad run), and the task they are of (``runlog.tasks``);
 - ``variants``: runs -> variants (runs that differ only in the seed);
 - ``stats``: a variant's mean curve with its min-max or standard-error band, mean ± standard error;
 - ``paired``: variants vs a baseline variant, seed by seed (paired t test, noise floor), the rows of summary.csv;

@@ -42,12 +42,12 @@ def block_name(depth: int, n_enc: int) -> str:
 
 def profile_rows(variants: list[Variant]) -> list[dict[str, object]]:
     """One row per (run, telemetry step, depth) keyed by ``PROFILE_COLUMNS``, runs in the variants' order, then
-    step and depth ascending: ``rms``, ``grad`` and ``kurtosis`` are the run's ``Run.rms``, ``Run.grad`` and
-    ``Run.kurtosis`` there, None where not recorded (or not finite). [] when no run recorded telemetry."""
+    step and depth ascending: ``rms``, ``grad`` and ``kurtosis`` are the run's profiles of those names there
+    (``Run.profile``), None where not recorded (or not finite). [] when no run recorded telemetry."""
     rows = []
     for variant in variants:
         for run in variant.runs:
-            records = {"rms": run.rms, "grad": run.grad, "kurtosis": run.kurtosis}
+            records = {name: run.profile(name) for name in ("rms", "grad", "kurtosis")}
             for step in sorted({s for rec in records.values() for s in rec}):
                 for depth in sorted({d for rec in records.values() for d in rec.get(step, {})}):
                     rows.append({"variant": variant.label, "run": run.label, "seed": run.seed, "step": step, "depth": depth,
@@ -59,20 +59,20 @@ def profile_rows(variants: list[Variant]) -> list[dict[str, object]]:
 def stack_ends(run: Run, stack: str) -> tuple[int, int] | None:
     """(depth of the first block, depth of the last block) of ``stack`` (``enc`` or ``dec``) among every block the run
     recorded an RMS of, at any step; None with fewer than two blocks (a one-block stack has no growth)."""
-    depths = {d for rec in run.rms.values() for d in rec if (d < run.n_enc) == (stack == "enc")}
+    depths = {d for rec in run.profile("rms").values() for d in rec if (d < run.n_enc) == (stack == "enc")}
     return (min(depths), max(depths)) if len(depths) > 1 else None
 
 
 def stream_site(run: Run, depth: int) -> str:
     """Where :func:`growth` reads the residual stream of the block at ``depth``: ``ffn.norm_out.in`` (the sum entering
     its closing norm) when the run recorded that site there at any step, else ``out``."""
-    return PRE_NORM if any(depth in record for record in run.pre_norm_rms.values()) else "out"
+    return PRE_NORM if any(depth in record for record in run.profile("pre_norm_rms").values()) else "out"
 
 
 def stream_rms(run: Run, depth: int, step: int) -> float | None:
     """The RMS of the block's residual stream at telemetry ``step``, read at :func:`stream_site`; None if not recorded."""
-    source = run.pre_norm_rms if stream_site(run, depth) == PRE_NORM else run.rms
-    return source.get(step, {}).get(depth)
+    source = "pre_norm_rms" if stream_site(run, depth) == PRE_NORM else "rms"
+    return run.profile(source).get(step, {}).get(depth)
 
 
 def growth_site(run: Run, stack: str) -> str | None:
@@ -104,7 +104,7 @@ def growth_rows(variants: list[Variant]) -> list[dict[str, object]]:
     object run label -> growth. A run that stopped before the last step is left out of its ``last`` row."""
     rows = []
     for variant in variants:
-        steps = sorted({s for run in variant.runs for s in run.rms})
+        steps = sorted({s for run in variant.runs for s in run.profile("rms")})
         if not steps:
             continue
         for stack in STACKS:

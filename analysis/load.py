@@ -17,21 +17,23 @@ from omegaconf import OmegaConf
 from analysis.runs import BlockSite, Run, finite
 from runlog.metric_names import PRE_NORM_SITE, Metric, depth, n_enc_layers_seen, parse
 from runlog.renames import with_current_names
+from runlog.tasks import TaskSpec, read_task
 
 RUN_CONFIG, RUN_RECORDS = "config.yaml", ("metrics.jsonl", "status.json")  # a run dir holds the first and one of the others
 SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; not searched
 # Scalar series kept from metrics.jsonl; telemetry is reduced on reading to the profiles below, and the stack-less
 # telemetry (out/, optim/: one number per record) is kept as series.
 SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
-# (family, site, stat) of a block's metric -> the Run attribute holding it by depth: the stream leaving block i
-# (its RMS and kurtosis), the sum entering its FFN's closing norm (its RMS) and the block's gradient norm
+# (family, site, stat) of a block's metric -> the name of its profile in ``Run.profiles``, by depth: the stream leaving
+# block i (its RMS and kurtosis), the sum entering its FFN's closing norm (its RMS) and the block's gradient norm.
+# A row here and a ``depth_panel`` in ``analysis.panels.build_panels`` chart another one (docs/extending.md).
 PROFILES = {
     ("act", "out", "rms"): "rms",
     ("act", PRE_NORM_SITE["ffn"], "rms"): "pre_norm_rms",
     ("act", "out", "kurtosis"): "kurtosis",
     ("grad", None, "norm"): "grad",
 }
-# (family, stat) of a per-site block metric -> the Run attribute holding it by BlockSite
+# (family, stat) of a per-site block metric -> the name of its profile in ``Run.profiles``, by BlockSite
 SITE_PROFILES = {("attn", "max_logit"): "max_logit", ("weight", "sigma_max"): "sigma_max"}
 LAST_RECORD_ONLY = ("sigma_max",)  # the report shows the last record only: older ones are not kept in memory
 
@@ -92,7 +94,7 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
-    """Fill ``run.series`` and the telemetry profiles (``PROFILES``, ``SITE_PROFILES``) from metrics.jsonl at ``path``.
+    """Fill ``run.series`` and ``run.profiles`` (``PROFILES``, ``SITE_PROFILES``) from metrics.jsonl at ``path``.
 
     Unparsable lines (a truncated last line of a killed run) are skipped and counted in ``run.notes``.
     Decoder block i sits at depth ``n_enc + i``; when ``n_enc`` is None it is taken from the data. Sets ``run.n_enc``.
@@ -120,12 +122,15 @@ def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
     if n_enc is None:
         n_enc = n_enc_layers_seen((m.stack, m.layer) for records in raw.values() for rec in records.values() for m in rec)
     run.n_enc = n_enc
-    for name, records in raw.items():
-        setattr(run, name, {step: {_place(m, n_enc): v for m, v in rec.items()} for step, rec in records.items()})
+    run.profiles = {
+        name: {step: {_place(m, n_enc): v for m, v in rec.items()} for step, rec in records.items()}
+        for name, records in raw.items()
+        if records
+    }
 
 
 def _place(m: Metric, n_enc: int) -> int | BlockSite:
-    """A block metric's key in its Run attribute: its depth, or its BlockSite for a per-site metric."""
+    """A block metric's key in its profile: its depth, or its BlockSite for a per-site metric."""
     at = depth(m.stack, m.layer, n_enc)
     return at if (m.family, m.site, m.stat) in PROFILES else BlockSite(at, m.block, m.site)
 
@@ -192,7 +197,27 @@ def load_run(path: Path, label: str) -> Run:
     except OSError as e:
         run.notes.append(f"unreadable metrics.jsonl ({e.strerror})")
     read_status(path / "status.json", run)
+    test = (run.status or {}).get("test")
+    try:
+        run.task = read_task(path, logged=[*run.series, *(test if isinstance(test, dict) else ())])
+    except ValueError as e:
+        run.notes.append(str(e))
     return run
+
+
+def runs_task(runs: list[Run]) -> TaskSpec:
+    """The task every run is of (``Run.task``; runs whose task.json is unreadable left out).
+
+    Raises:
+        ReportError: runs of several tasks (the message counts each), or no run with a readable task.
+    """
+    specs = {r.task.name: r.task for r in runs if r.task is not None}
+    if not specs:
+        raise ReportError("no run has a readable task.json")
+    if len(specs) > 1:
+        counts = ", ".join(f"{name}: {sum(r.task is not None and r.task.name == name for r in runs)} runs" for name in specs)
+        raise ReportError(f"the runs are of several tasks ({counts}); report each task's runs on its own")
+    return next(iter(specs.values()))
 
 
 def run_label(run_dir: Path, top: Path, several_tops: bool) -> str:

@@ -61,10 +61,10 @@ def max_logit_line(family: Family, lr: float) -> Line | None:
     """Max attention logit vs step of the family's runs at ``lr`` (one per seed) that recorded max logits: the
     mean over them of the max over each run's attentions, with a min-max band, drawn only at steps where each of
     them has a value (:func:`curves_band`); None when none recorded."""
-    runs = [c.run for s in family.seeds for c in s.cells if c.lr == lr and c.run is not None and c.run.max_logit]
+    runs = [c.run for s in family.seeds for c in s.cells if c.lr == lr and c.run is not None and c.run.profile("max_logit")]
     if not runs:
         return None
-    curves = [[(step, max(rec.values())) for step, rec in sorted(r.max_logit.items()) if rec] for r in runs]
+    curves = [[(step, max(rec.values())) for step, rec in sorted(r.profile("max_logit").items()) if rec] for r in runs]
     steps, mean, lo, hi, n = curves_band(curves)
     return Line(f"{family.label} (mean of {len(runs)})", family.label, "mean", steps, mean, lo, hi,
                 hover=[f"n = {k} of {len(runs)}" for k in n])  # fmt: skip

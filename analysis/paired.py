@@ -15,9 +15,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from analysis.load import ReportError
-from analysis.runs import TASKS, Run, finite
+from analysis.runs import Run, finite
 from analysis.stats import mean_stderr, t_interval, zero_spread
 from analysis.variants import Variant
+from runlog.tasks import TaskSpec
 
 Getter = Callable[[Run], float | None]
 CI_LEVEL = 0.95
@@ -82,10 +83,10 @@ def delta_text(diff: PairedDifference, signed: Callable[[float], str]) -> str:
     return f"{signed(diff.mean)}{ci} ({diff.n}){verdict}{note}"
 
 
-def quality_metrics(task: str) -> dict[str, Getter]:
+def quality_metrics(task: TaskSpec) -> dict[str, Getter]:
     """The metrics compared between variants, by the variants table's column key: each test metric of ``task``
     (``test/per``, ``test/wer``; ``test/bleu``, ``test/chrf``) and ``best_val_loss`` (the run's lowest valid loss)."""
-    _, test_metrics, _ = TASKS[task]
+    test_metrics = [f"test/{m.key}" for m in task.metrics]
     return {**{m: (lambda r, m=m: r.final(m)) for m in test_metrics}, "best_val_loss": lambda r: r.best("val/loss")}
 
 
@@ -137,7 +138,7 @@ def find_baseline(variants: list[Variant], label: str | None, others: Sequence[s
     raise ReportError(f"unknown --baseline {label!r}; valid: {valid}")
 
 
-def summary_rows(variants: list[Variant], task: str, baseline: Variant | None) -> list[dict[str, object]]:
+def summary_rows(variants: list[Variant], task: TaskSpec, baseline: Variant | None) -> list[dict[str, object]]:
     """One row per (variant, metric of :func:`quality_metrics`), keyed by ``SUMMARY_COLUMNS`` (+ ``BASELINE_COLUMNS``
     with a baseline): run counts, n (finished runs with the value), mean, stderr and sample std over them, and the
     paired difference to the baseline (left None in the baseline's own rows). Unformatted values; None: no value."""

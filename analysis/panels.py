@@ -10,9 +10,9 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from analysis.runs import TASKS
 from analysis.stats import Values, mean_at, mean_band
 from analysis.variants import Variant, averaged_runs
+from runlog.tasks import TaskSpec
 
 DASHES = ("dot", "dash", "solid")  # profile lines, earliest step first
 
@@ -76,11 +76,11 @@ def pick_steps(steps: Iterable[int], n: int) -> list[int]:
     return sorted({ordered[round(j * (len(ordered) - 1) / (n - 1))] for j in range(n)})
 
 
-def profile_lines(variant: Variant, attr: str, n_steps: int) -> Iterator[Line]:
+def profile_lines(variant: Variant, profile: str, n_steps: int) -> Iterator[Line]:
     """One line per chosen telemetry step of ``variant``: value vs depth, the mean over the runs recorded
     at that step; its name ends in ``(n = k of N)`` when only k of the variant's N averaged runs were.
-    ``attr`` is ``rms``, ``grad`` or ``kurtosis`` (see :class:`Run`)."""
-    records = [getattr(r, attr) for r in averaged_runs(variant.runs)]
+    ``profile`` names a by-depth profile of ``Run.profiles`` (``rms``, ``grad``, ...: ``analysis.load.PROFILES``)."""
+    records = [r.profile(profile) for r in averaged_runs(variant.runs)]
     chosen = pick_steps((s for rec in records for s in rec), min(n_steps, len(DASHES)))
     for j, step in enumerate(chosen):
         mean = mean_at(records, step)
@@ -139,22 +139,20 @@ def curve_panel(variants: list[Variant], key: str, metric: str, title: str, ylab
     return Panel(key, title, "training step", ylabel, lines, note="" if has_data else f"no run logged {metric}")
 
 
-def depth_panel(variants: list[Variant], key: str, attr: str, n_steps: int, title: str, ylabel: str) -> Panel:
-    """Telemetry vs depth (encoder blocks, then decoder blocks) at ``n_steps`` steps per variant, log scale."""
-    lines = [line for v in variants for line in profile_lines(v, attr, n_steps)]
+def depth_panel(variants: list[Variant], key: str, profile: str, n_steps: int, title: str, ylabel: str) -> Panel:
+    """The profile ``profile`` vs depth (encoder blocks, then decoder blocks) at ``n_steps`` steps per variant, log scale."""
+    lines = [line for v in variants for line in profile_lines(v, profile, n_steps)]
     note = "" if lines else "no telemetry recorded (telemetry=off?)"
     return Panel(key, title, "block (encoder, then decoder)", ylabel, lines, log_y=True, note=note, integer_x=True)
 
 
-def build_panels(variants: list[Variant], task: str) -> list[Panel]:
-    """The report's charts, in page order (see the module docstring of report.py)."""
-    val_metric, _, scale = TASKS[task]
-    name = val_metric.split("/")[1]
-    unit = " (%)" if scale != 1.0 else ""
+def build_panels(variants: list[Variant], task: TaskSpec) -> list[Panel]:
+    """The report's charts, in page order (see the module docstring of report.py); the third is ``task``'s headline metric."""
+    m = task.metric(task.headline)
     return [
         curve_panel(variants, "loss", "train/loss", "Training loss", "train loss"),
         curve_panel(variants, "val_loss", "val/loss", "Validation loss", "valid loss"),
-        curve_panel(variants, f"val_{name}", val_metric, f"Validation {name.upper()}", f"valid {name.upper()}{unit}", scale),
+        curve_panel(variants, f"val_{m.key}", f"val/{m.key}", f"Validation {m.label}", f"valid {m.header}", m.scale),
         depth_panel(variants, "rms_vs_depth", "rms", 3, "Residual RMS vs depth (first, middle, last record)", "block output RMS"),
         depth_panel(variants, "grad_vs_depth", "grad", 2, "Gradient norm vs depth (first, last record)", "block gradient norm"),
     ]

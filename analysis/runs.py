@@ -1,4 +1,4 @@
-"""One run directory, reduced to what a report shows: the :class:`Run` record, and which task a set of runs is.
+"""One run directory, reduced to what a report shows: the :class:`Run` record.
 
 A run is read by ``analysis.load``; its properties answer the questions a report asks of it
 (finished? diverged, at which step? final and best metrics, throughput) from ``status.json``
@@ -13,11 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from runlog.status import STATES
-
-TASKS = {  # task -> (validation metric, test metrics, scale to display: fractions are shown in %)
-    "g2p": ("val/per", ("test/per", "test/wer"), 100.0),
-    "translation": ("val/bleu", ("test/bleu", "test/chrf"), 1.0),
-}
+from runlog.tasks import TaskSpec
 
 
 class BlockSite(NamedTuple):
@@ -39,17 +35,14 @@ class Run:
         config: the flattened config (``norm.kind`` -> ``"rmsnorm"``); empty if unreadable.
         series: metric -> [(step, value or None)] for ``train/``, ``val/``, ``test/``, ``perf/`` metrics and the
             stack-less telemetry (``out/logz``, ``out/max_logit``, ``optim/below_eps``).
-        rms: telemetry step -> depth -> RMS of the residual stream leaving that block (``act/{block}.out/rms``: the
-            output of the block's closing norm, gain applied, where its FFN fills ``norm_out``).
-        pre_norm_rms: telemetry step -> depth -> RMS of the sum entering that block's closing norm
-            (``act/{block}.ffn.norm_out.in/rms``), for the blocks whose FFN fills ``norm_out`` (post, deepnorm, ...).
-        grad: telemetry step -> depth -> gradient norm of that block.
-        kurtosis: telemetry step -> depth -> kurtosis of the residual stream leaving that block.
-        max_logit: telemetry step -> attention -> its max logit (``attn/.../max_logit``).
-        sigma_max: the last telemetry step only -> matrix -> its largest singular value (``weight/.../sigma_max``).
-        n_enc: the encoder's blocks, placing decoder block i at depth ``n_enc + i`` in the attributes above: the
+        profiles: per-block telemetry, by profile name (``analysis.load.PROFILES``, ``SITE_PROFILES``): telemetry
+            step -> depth -> value (``rms``: ``act/{block}.out/rms``), or -> :class:`BlockSite` -> value for a
+            per-site metric (``max_logit``); a profile the run did not record is absent (:meth:`profile`: empty).
+        n_enc: the encoder's blocks, placing decoder block i at depth ``n_enc + i`` in ``profiles``: the
             config's ``model.n_enc_layers``, else as far as the telemetry shows; 0 until metrics.jsonl is read.
         status: the parsed ``status.json``, or None when absent or unreadable.
+        task: the task's metric spec (``runlog.tasks.read_task``: task.json, or the fallback of older run dirs);
+            None while unread, or when task.json is unreadable (noted).
         notes: problems met while reading (shown in the table).
     """
 
@@ -57,15 +50,15 @@ class Run:
     label: str
     config: dict[str, Any] = field(default_factory=dict)
     series: dict[str, list[tuple[int, float | None]]] = field(default_factory=dict)
-    rms: dict[int, dict[int, float]] = field(default_factory=dict)
-    pre_norm_rms: dict[int, dict[int, float]] = field(default_factory=dict)
-    grad: dict[int, dict[int, float]] = field(default_factory=dict)
-    kurtosis: dict[int, dict[int, float]] = field(default_factory=dict)
-    max_logit: dict[int, dict[BlockSite, float]] = field(default_factory=dict)
-    sigma_max: dict[int, dict[BlockSite, float]] = field(default_factory=dict)
+    profiles: dict[str, dict[int, dict[Any, float]]] = field(default_factory=dict)
     n_enc: int = 0
     status: dict[str, Any] | None = None
+    task: TaskSpec | None = None
     notes: list[str] = field(default_factory=list)
+
+    def profile(self, name: str) -> dict[int, dict[Any, float]]:
+        """The profile ``name`` (``rms``, ``grad``, ``max_logit``, ...): step -> depth or BlockSite -> value; {} if unrecorded."""
+        return self.profiles.get(name, {})
 
     @property
     def seed(self) -> Any:
@@ -156,9 +149,3 @@ def finite(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
-
-
-def detect_task(runs: list[Run]) -> str:
-    """``translation`` when any run logged BLEU, else ``g2p`` (PER/WER)."""
-    has_bleu = any(k in r.series or r.final(k) is not None for r in runs for k in ("val/bleu", "test/bleu"))
-    return "translation" if has_bleu else "g2p"

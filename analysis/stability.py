@@ -27,9 +27,9 @@ def _dash(residual: str) -> str:
     return "dash" if residual == CROSS else "solid"
 
 
-def _recorded(variant: Variant, attr: str) -> list[Run]:
-    """The variant's averaged runs that recorded ``attr`` (a Run telemetry attribute) at least once."""
-    return [r for r in averaged_runs(variant.runs) if getattr(r, attr)]
+def _recorded(variant: Variant, profile: str) -> list[Run]:
+    """The variant's averaged runs that recorded the profile ``profile`` (``Run.profiles``) at least once."""
+    return [r for r in averaged_runs(variant.runs) if r.profile(profile)]
 
 
 def max_logit_lines(variant: Variant) -> list[Line]:
@@ -37,11 +37,12 @@ def max_logit_lines(variant: Variant) -> list[Line]:
     that recorded max logits, drawn only at steps where each of them has this attention's value
     (:func:`curves_band`). Lines in depth order, self- before cross-attention."""
     runs = _recorded(variant, "max_logit")
-    sites = sorted({site for r in runs for rec in r.max_logit.values() for site in rec}, key=lambda s: (s.depth, s.site != SELF))
+    sites = {site for r in runs for rec in r.profile("max_logit").values() for site in rec}
+    sites = sorted(sites, key=lambda s: (s.depth, s.site != SELF))
     deepest = max((s.depth for s in sites), default=0)
     lines = []
     for site in sites:
-        curves = [[(step, rec.get(site)) for step, rec in sorted(r.max_logit.items())] for r in runs]
+        curves = [[(step, rec.get(site)) for step, rec in sorted(r.profile("max_logit").items())] for r in runs]
         steps, mean, _, _, n = curves_band(curves)
         lines.append(Line(f"{site.block} {site.site}", variant.label, "series", steps, mean, dash=_dash(site.site),
                           hover=[f"n = {k} of {len(runs)}" for k in n], shade=site.depth / max(deepest, 1)))  # fmt: skip
@@ -70,7 +71,7 @@ def sigma_max_lines(variant: Variant) -> tuple[int | None, str, list[Line]]:
     """(step, ``(n = k of N)`` or empty, lines) of ``variant``'s spectral norms vs depth at its last record step
     (the latest any of its runs recorded): one ``profile`` line per matrix site, the mean over the runs
     recorded at that step; step None and no lines when no run recorded any."""
-    records = [r.sigma_max for r in _recorded(variant, "sigma_max")]
+    records = [r.profile("sigma_max") for r in _recorded(variant, "sigma_max")]
     step = max((s for rec in records for s in rec), default=None)
     if step is None:
         return None, "", []

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from analysis.runs import Run
 
-IGNORED_KEYS = ("seed", "train.resume", "logger.", "hydra.", "telemetry.")  # exact keys, or prefixes ending in "."
+# Exact keys, or prefixes ending in ".". data.task: one report is of one task (analysis.load.runs_task), and runs
+# written before the key existed lack it.
+IGNORED_KEYS = ("seed", "train.resume", "logger.", "hydra.", "telemetry.", "data.task")
 NORM_KEYS = ("norm.placement", "norm.kind", "norm.impl")  # listed first in variant labels (and the wandb workspace's groups)
 
 

@@ -66,6 +66,7 @@ class TranslationDataConfig:
 
     Attributes:
         name: preset name (``multi30k``, ``wmt14_de_en``, ``iwslt2017_de_en``, ``local``).
+        task: ``translation`` (the ``data.task`` of every translation preset).
         source: ``hub`` or ``local``.
         src_lang, tgt_lang: column (flat) or key (nested) of each side, e.g. ``de`` and ``en``.
         hub: a ``HubConfig`` (or a dict of its keys) for ``source=hub``.
@@ -92,6 +93,7 @@ class TranslationDataConfig:
     vocab_size: int = 8000
     joint_vocab: bool = True
     cache_dir: str = "~/.cache/normlab/bpe"
+    task: str = "translation"
 
     def __post_init__(self) -> None:
         if isinstance(self.hub, dict):

@@ -7,7 +7,9 @@ RUN_DIR is a run directory (its ``checkpoint.pt``) or a checkpoint file. One out
 line on stdout, in order, from the checkpoint's own vocabularies and model config. Before them, on
 stderr: the checkpoint's step and the run's test metrics (``status.json``), and for each input line
 the characters the model cannot read (not in its vocabulary: read as ``<unk>``, e.g. the digits of
-``abc123`` for G2P) or that were cut off (beyond ``model.max_len``). Decoding is the one the runs use
+``abc123`` for G2P) or that were cut off (beyond ``model.max_len``). The task's spec (``task.json`` next to
+the checkpoint: ``runlog.tasks.read_task``) says how metrics are shown and an input line is read
+(G2P: stripped and lower-cased, as CMUdict's words). Decoding is the one the runs use
 (``training.evaluate.decode_all``: batched beam search with the incremental decoder cache;
 ``--beam-size 1`` is greedy).
 """
@@ -27,6 +29,7 @@ from tokenizers import Tokenizer
 
 from data.tokenizer import UNK, detokenize, encode_all
 from model import EncoderDecoder
+from runlog.tasks import TaskSpec, read_task
 from training.checkpoint import LATEST, load_checkpoint, model_from
 from training.evaluate import DecodeConfig, decode_all
 
@@ -36,39 +39,45 @@ def checkpoint_path(path: str) -> Path:
     return Path(path) / LATEST if Path(path).is_dir() else Path(path)
 
 
-def from_checkpoint(ckpt: dict, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, str]:
-    """(model in eval mode, src vocabulary, tgt vocabulary, task name) from a loaded checkpoint."""
+def from_checkpoint(ckpt: dict, path: Path, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, TaskSpec]:
+    """(model in eval mode, src vocabulary, tgt vocabulary, task spec) from the checkpoint ``ckpt`` loaded from ``path``.
+
+    Raises:
+        ValueError: the run dir's task.json is not a spec.
+    """
     model = model_from(ckpt)
     src, tgt = (Tokenizer.from_str(ckpt["vocab"][k]) for k in ("src", "tgt"))
-    return model.to(device).eval(), src, tgt, ckpt.get("task", "g2p")
+    return model.to(device).eval(), src, tgt, read_task(path.parent, named=ckpt.get("task"))
 
 
-def load_model(path: str, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, str]:
-    """(model in eval mode, src vocabulary, tgt vocabulary, task name) from a normlab checkpoint or run directory."""
-    return from_checkpoint(load_checkpoint(checkpoint_path(path)), device)
+def load_model(path: str, device: torch.device) -> tuple[EncoderDecoder, Tokenizer, Tokenizer, TaskSpec]:
+    """(model in eval mode, src vocabulary, tgt vocabulary, task spec) from a normlab checkpoint or run directory."""
+    file = checkpoint_path(path)
+    return from_checkpoint(load_checkpoint(file), file, device)
 
 
-def describe(ckpt: dict[str, Any], path: Path) -> str:
+def describe(ckpt: dict[str, Any], path: Path, task: TaskSpec) -> str:
     """One line: the checkpoint file, its step, and the run's test metrics from the ``status.json`` next to it
-    (PER/WER in %), e.g. ``predict: run/checkpoint.pt at step 20 of 20; test PER 31.20%, WER 80.50%``."""
+    (as ``task`` shows them), e.g. ``predict: run/checkpoint.pt at step 20 of 20; test PER 31.20%, WER 80.50%``."""
     status_file = path.parent / "status.json"
     status = json.loads(status_file.read_text(encoding="utf-8")) if status_file.is_file() else {}
     of = f" of {status['max_steps']}" if status.get("max_steps") else ""
-    test = status.get("test") or {}
-    pct = ckpt.get("task", "g2p") == "g2p"
-    metrics = ", ".join(f"{k.split('/')[-1].upper()} {v:.2%}" if pct else f"{k.split('/')[-1].upper()} {v:.2f}"
-                        for k, v in test.items() if isinstance(v, float))  # fmt: skip
+    test = {k: v for k, v in (status.get("test") or {}).items() if isinstance(v, float)}
+    metrics = task.describe(test, prefix="test/")
     at = f" (the run's, at step {status['step']})" if status.get("step") not in (None, ckpt["step"]) else ""
     tested = f"test {metrics}{at}" if metrics else "no test metrics in status.json"
     return f"predict: {path} at step {ckpt['step']}{of}; {tested}"
 
 
-def prepared(lines: list[str], task: str) -> list[str]:
-    """The lines as the model reads them: for G2P stripped and lower-cased (CMUdict words are lower-case letters)."""
-    return [line.strip().lower() for line in lines] if task == "g2p" else lines
+def prepared(lines: list[str], task: TaskSpec) -> list[str]:
+    """The lines as the model reads them: stripped and lower- or upper-cased as ``task.input_case`` says (G2P: lower,
+    as CMUdict's words), or as given."""
+    if task.input_case is None:
+        return lines
+    return [line.strip().lower() if task.input_case == "lower" else line.strip().upper() for line in lines]
 
 
-def input_notes(lines: list[str], src: Tokenizer, task: str, max_len: int) -> list[str]:
+def input_notes(lines: list[str], src: Tokenizer, task: TaskSpec, max_len: int) -> list[str]:
     """One line per input line the model cannot read in full: the characters not in the source vocabulary (read as
     ``<unk>``), and the text cut off beyond ``max_len - 1`` tokens; [] when every line is read in full."""
     notes, texts = [], prepared(lines, task)
@@ -84,7 +93,7 @@ def input_notes(lines: list[str], src: Tokenizer, task: str, max_len: int) -> li
     return notes
 
 
-def predict(lines: list[str], model: EncoderDecoder, src: Tokenizer, tgt: Tokenizer, task: str, dcfg: DecodeConfig,
+def predict(lines: list[str], model: EncoderDecoder, src: Tokenizer, tgt: Tokenizer, task: TaskSpec, dcfg: DecodeConfig,
             max_tokens: int, device: torch.device) -> list[str]:  # fmt: skip
     """One output string per input line (an empty line gives an empty output)."""
     ids = [x[: model.cfg.max_len - 1] for x in encode_all(src, prepared(lines, task))]
@@ -112,12 +121,12 @@ def main(argv: list[str] | None = None) -> None:
         device = torch.device(args.device)
         path = checkpoint_path(args.checkpoint)
         ckpt = load_checkpoint(path)
-        model, src, tgt, task = from_checkpoint(ckpt, device)
+        model, src, tgt, task = from_checkpoint(ckpt, path, device)
         text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"predict: error: {e}")
     lines = text.splitlines()
-    print("\n".join([describe(ckpt, path), *input_notes(lines, src, task, model.cfg.max_len)]), file=sys.stderr)
+    print("\n".join([describe(ckpt, path, task), *input_notes(lines, src, task, model.cfg.max_len)]), file=sys.stderr)
     print("\n".join(predict(lines, model, src, tgt, task, dcfg, args.max_tokens, device)))
 
 

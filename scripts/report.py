@@ -6,7 +6,8 @@ Reads every run directory (``config.yaml`` + ``metrics.jsonl``, optionally ``sta
 given directories (a Hydra multirun dir, a single run dir, or several) and writes into ``--out``
 (default ``<first dir>/report/``):
 
-- ``index.html``: training loss, validation loss and validation PER (BLEU for translation runs) vs step
+- ``index.html``: training loss, validation loss and the validation metric the runs' task leads with (its spec,
+  ``task.json``: PER for G2P, BLEU for translation; ``runlog/tasks.py``; runs of several tasks are an error) vs step
   (a thin line per run; per variant the mean over seeds with a min-max band, drawn only where every
   seed has a value; an ``x`` where a run diverged), residual RMS and gradient norm vs depth, and
   summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md), a column with
@@ -20,9 +21,10 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   plotly.js is embedded: the page works offline. Once every chart has drawn, ``<body data-plots-drawn>``
   equals ``data-plots-expected``; JavaScript errors (uncaught, rejected promises, ``console.error``)
   are counted in ``<html data-js-errors>``.
-- one PNG per chart (``loss.png``, ``val_loss.png``, ``val_per.png``, ``rms_vs_depth.png``, ``grad_vs_depth.png``), and
-  those of the stability charts that have data (``analysis/stability.py``): ``attn_max_logit_<j>.png`` and
-  ``sigma_max_vs_depth_<j>.png`` for the j-th variant, ``out_logz.png``, ``kurtosis_vs_depth.png``.
+- one PNG per chart (``loss.png``, ``val_loss.png``, ``val_<metric>.png`` (``val_per.png``), ``rms_vs_depth.png``,
+  ``grad_vs_depth.png``), and those of the stability charts that have data (``analysis/stability.py``):
+  ``attn_max_logit_<j>.png`` and ``sigma_max_vs_depth_<j>.png`` for the j-th variant, ``out_logz.png``,
+  ``kurtosis_vs_depth.png``.
 - ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with a baseline
   the paired difference and its CI, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
 - ``runs.csv``, always: the per-run table unformatted, one row per run under its variant's label (the values behind
@@ -60,7 +62,7 @@ import html
 from tqdm import tqdm
 
 from analysis.depth import write_depth_csvs
-from analysis.load import ReportError, load_runs
+from analysis.load import ReportError, load_runs, runs_task
 from analysis.lr_panels import lr_panels
 from analysis.lrs import lr_study
 from analysis.paired import (
@@ -69,7 +71,7 @@ from analysis.paired import (
 )
 from analysis.panels import build_panels
 from analysis.presets import resolve_baseline
-from analysis.runs import Run, detect_task
+from analysis.runs import Run
 from analysis.stability import stability_panels
 from analysis.variants import Variant, group_variants
 from scripts.report_figures import figure_html, plotly_figure, save_png, variant_colors
@@ -182,7 +184,7 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     """
     runs = load_runs(dirs, progress=lambda items: tqdm(items, desc="report: reading runs", unit="run", file=sys.stderr))
     variants = group_variants(runs)
-    task = detect_task(runs)
+    task = runs_task(runs)
     study = lr_study(runs)  # None without an LR axis
     label, by_default = resolve_baseline(baseline, variants, study.families if study else [])
     family_baseline = study.family(label) if study else None  # --baseline FAMILY: compare LR sensitivities

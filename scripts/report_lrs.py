@@ -136,7 +136,7 @@ def lrs_note(study: LRStudy) -> str:
 
 def last_max_logit(run: Run | None) -> float | None:
     """The largest attention max logit of ``run``'s last telemetry record that has any (None: none recorded)."""
-    records = [rec for _, rec in sorted(run.max_logit.items()) if rec] if run else []
+    records = [rec for _, rec in sorted(run.profile("max_logit").items()) if rec] if run else []
     return max(records[-1].values()) if records else None
 
 

@@ -20,10 +20,11 @@ from analysis.paired import (
     versus,
 )
 from analysis.presets import shown_label
-from analysis.runs import TASKS, Run
+from analysis.runs import Run
 from analysis.stats import mean_stderr
 from analysis.variants import Variant
 from runlog.metric_names import STACKS
+from runlog.tasks import MetricSpec, TaskSpec
 from training.spikes import SERIES
 
 
@@ -61,13 +62,12 @@ def _diverged_text(run: Run) -> str:
 Column = tuple[str, str, Callable]
 
 
-def run_columns(task: str) -> list[Column]:
-    """The per-run table's columns for ``task`` (test PER/WER in %, or BLEU/chrF)."""
-    _, test_metrics, scale = TASKS[task]
-    unit = " (%)" if scale != 1.0 else ""
+def run_columns(task: TaskSpec) -> list[Column]:
+    """The per-run table's columns for ``task`` (its test metrics as its spec shows them: PER/WER in %, BLEU/chrF)."""
 
-    def metric_col(m: str) -> Column:
-        return m, f"{m.split('/')[1].upper()}{unit}", lambda r: (v := r.final(m), _fmt(None if v is None else v * scale, 2))
+    def metric_col(m: MetricSpec) -> Column:
+        key = f"test/{m.key}"
+        return key, m.header, lambda r: (v := r.final(key), _fmt(None if v is None else v * m.scale, m.digits))
 
     return [
         ("run", "run", lambda r: (r.label, r.label)),
@@ -75,7 +75,7 @@ def run_columns(task: str) -> list[Column]:
         ("state", "state", lambda r: (r.status_state, r.status_state)),
         ("diverged", "diverged", lambda r: (r.diverged, _diverged_text(r))),
         ("step", "step", lambda r: (r.last_step, f"{r.last_step if r.last_step is not None else '—'} / {r.max_steps or '?'}")),
-        *(metric_col(m) for m in test_metrics),
+        *(metric_col(m) for m in task.metrics),
         ("best_val_loss", "best valid loss", lambda r: (v := r.best("val/loss"), _fmt(v))),
         *((f"spike_score_{s}", SPIKE_HEADERS[s], lambda r, s=s: (v := r.spike_score(s), _fmt_pct(v))) for s in SERIES),
         ("wall_s", "wall time", lambda r: (r.wall_s, _fmt_time(r.wall_s))),
@@ -84,18 +84,16 @@ def run_columns(task: str) -> list[Column]:
     ]
 
 
-def metric_display(task: str) -> dict[str, tuple[str, float, int]]:
+def metric_display(task: TaskSpec) -> dict[str, tuple[str, float, int]]:
     """key -> (header, scale, digits) of each metric the variants table compares (``analysis.paired.quality_metrics``):
-    test PER/WER in % (BLEU, chrF as they are), best valid loss."""
-    _, test_metrics, scale = TASKS[task]
-    unit = " (%)" if scale != 1.0 else ""
+    the task's test metrics as its spec shows them (PER/WER in %, BLEU, chrF), best valid loss."""
     return {
-        **{m: (f"{m.split('/')[1].upper()}{unit}", scale, 2) for m in test_metrics},
+        **{f"test/{m.key}": (m.header, m.scale, m.digits) for m in task.metrics},
         "best_val_loss": ("best valid loss", 1.0, 3),
     }
 
 
-def variant_columns(task: str, baseline: Variant | None = None) -> list[Column]:
+def variant_columns(task: TaskSpec, baseline: Variant | None = None) -> list[Column]:
     """The per-variant table's columns: how many runs finished and diverged, then for each metric its
     mean ± stderr (n) over the variant's finished runs that have it (:func:`mean_stderr`). With ``baseline``,
     each test metric and best valid loss is followed by its difference to the baseline (:func:`delta_column`)."""
@@ -145,7 +143,7 @@ def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: 
     return f"{key}:delta", f"{header} Δ vs {shown_label(baseline.label)}: mean [95% CI] (pairs)", cell
 
 
-def variants_html(variants: list[Variant], task: str, baseline: Variant | None, by_default: bool = False) -> str:
+def variants_html(variants: list[Variant], task: TaskSpec, baseline: Variant | None, by_default: bool = False) -> str:
     """The variants table, under a note pointing to summary.csv and, with ``baseline``, the method of the Δ columns,
     the baseline (``by_default``: chosen as the default preset's variant) and its noise floor per metric; without,
     a note saying how to get paired differences. First, when every run is far from trained, a note saying so."""
@@ -166,11 +164,11 @@ NO_BASELINE_NOTE = (
 UNTRAINED_WER = 0.9  # a test WER at or above it: at most 1 word in 10 spelled right (trained G2P models: ~25 %)
 
 
-def untrained_note(runs: list[Run], task: str) -> str:
+def untrained_note(runs: list[Run], task: TaskSpec) -> str:
     """A note when every run with a test WER (G2P) has one of at least ``UNTRAINED_WER``: the runs are far from trained
     (an untrained model is at 100 %, a trained one near 25 %, Bisani & Ney 2008), so the page shows early-training
     differences only; "" otherwise, and for translation runs."""
-    wers = [w for r in runs if (w := r.final("test/wer")) is not None] if task == "g2p" else []
+    wers = [w for r in runs if (w := r.final("test/wer")) is not None] if task.name == "g2p" else []
     if not wers or min(wers) < UNTRAINED_WER:
         return ""
     return (
@@ -180,7 +178,7 @@ def untrained_note(runs: list[Run], task: str) -> str:
     )
 
 
-def baseline_note(baseline: Variant, task: str, by_default: bool = False) -> str:
+def baseline_note(baseline: Variant, task: TaskSpec, by_default: bool = False) -> str:
     """The line above the variants table with a baseline: the baseline (``by_default``: say it is the default one),
     method, noise floor per metric."""
     metrics = quality_metrics(task)

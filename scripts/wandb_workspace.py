@@ -1,21 +1,22 @@
-"""A saved W&B workspace for one sweep: its runs, grouped by norm, with loss, PER/WER and per-layer panels.
+"""A saved W&B workspace for one sweep: its runs, grouped by norm, with loss, task metric and per-layer panels.
 
     python -m scripts.wandb_workspace --entity E --project P --group G --run-dir multirun/<preset>/<date_time> [--save]
 
 The model's depth (one panel per block) is read from the ``model.n_enc_layers`` and ``model.n_dec_layers`` of the
-first run's ``config.yaml`` under ``--run-dir`` (a run dir or the sweep dir); ``--n-enc-layers`` and
-``--n-dec-layers`` override it, and without either the default config's depth is used (``conf/config.yaml``).
+first run's ``config.yaml`` under ``--run-dir`` (a run dir or the sweep dir), and the task's metrics from its
+``task.json`` (``runlog.tasks.read_task``); ``--n-enc-layers`` and ``--n-dec-layers`` override the depth, and
+without ``--run-dir`` the default config's depth and task are used (``conf/config.yaml``).
 Without ``--save`` it only builds the workspace and prints its outline (no network, no API key).
 ``--save`` uploads it (needs ``WANDB_API_KEY`` or ``wandb login``) and prints its URL.
 
-The workspace shows the runs whose wandb group is G (train.py sets it from ``logger.group``), grouped
-by ``norm.placement``, ``norm.kind`` and ``norm.impl`` (each group drawn as the mean over its runs with
-a min-max band), in sections: loss, PER/WER, the RMS of the residual stream leaving each block
-(``act/{enc|dec}.{i}.out/rms``, log scale), each block's gradient norm (``grad/{enc|dec}.{i}/norm``), each
-block's attention max logits (``attn/{enc|dec}.{i}.{a}/max_logit``), each block's matrices' spectral norms
-(``weight/{enc|dec}.{i}.{m}/sigma_max``, log scale), and the output logits and optimizer state (``out/logz``,
-``out/max_logit``, ``optim/below_eps``). Learned scales (``scale/``) are left to wandb's automatic panels: which
-exist depends on the norm.
+The workspace shows the runs whose wandb group is G (train.py sets it from ``logger.group``), grouped by
+``norm.placement``, ``norm.kind`` and ``norm.impl`` (each group drawn as the mean over its runs with a min-max
+band), in sections: loss, the task's metrics (PER/WER, or BLEU/chrF; its headline first), the RMS of the
+residual stream leaving each block (``act/{enc|dec}.{i}.out/rms``, log scale), each block's gradient norm
+(``grad/{enc|dec}.{i}/norm``), each block's attention max logits (``attn/{enc|dec}.{i}.{a}/max_logit``), each
+block's matrices' spectral norms (``weight/{enc|dec}.{i}.{m}/sigma_max``, log scale), and the output logits
+and optimizer state (``out/logz``, ``out/max_logit``, ``optim/below_eps``). Learned scales (``scale/``) are
+left to wandb's automatic panels: which exist depends on the norm.
 """
 
 import sys
@@ -47,6 +48,7 @@ from runlog.metric_names import (
     output_logits,
     weight_spectrum,
 )
+from runlog.tasks import TaskSpec, read_task, task_spec
 
 MAX_RUNS = 100  # runs a panel draws; a sweep is usually 10-50
 
@@ -81,11 +83,22 @@ def stability_sections(n_enc_layers: int, n_dec_layers: int) -> list[ws.Section]
     ]
 
 
-def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_dec_layers: int) -> ws.Workspace:
+def task_section(task: TaskSpec) -> ws.Section:
+    """The task's metrics: ``val/<key>`` vs step for each, the headline first, and a bar chart of the test metrics."""
+    ordered = sorted(task.metrics, key=lambda m: m.key != task.headline)
+    tests = [f"test/{m.key}" for m in task.metrics]
+    bars = wr.BarPlot(title=" and ".join(tests), metrics=tests, orientation="v", groupby_aggfunc="mean",
+                      groupby_rangefunc="minmax", max_runs_to_show=MAX_RUNS)  # fmt: skip
+    return ws.Section(name=" / ".join(m.label for m in ordered), is_open=True,
+                      panels=[*(line(f"val/{m.key}", [f"val/{m.key}"]) for m in ordered), bars])  # fmt: skip
+
+
+def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_dec_layers: int, task: TaskSpec) -> ws.Workspace:
     """The workspace for sweep ``group`` in ``entity/project`` (built offline; nothing is sent).
 
     Args:
         n_enc_layers, n_dec_layers: the model's depth, for one RMS and one gradient panel per block.
+        task: the runs' task spec, for its metrics' section.
 
     Raises:
         ValueError: an empty entity, project or group, or a negative layer count.
@@ -98,22 +111,7 @@ def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_
     grads = [grad_norm(stack, i) for stack, i in blocks(n_enc_layers, n_dec_layers)]
     sections = [
         ws.Section(name="Loss", is_open=True, panels=[line("train/loss", ["train/loss"]), line("val/loss", ["val/loss"])]),
-        ws.Section(
-            name="PER / WER",
-            is_open=True,
-            panels=[
-                line("val/per", ["val/per"]),
-                line("val/wer", ["val/wer"]),
-                wr.BarPlot(
-                    title="test/per and test/wer",
-                    metrics=["test/per", "test/wer"],
-                    orientation="v",
-                    groupby_aggfunc="mean",
-                    groupby_rangefunc="minmax",
-                    max_runs_to_show=MAX_RUNS,
-                ),
-            ],
-        ),
+        task_section(task),
         ws.Section(
             name="Residual RMS per block",
             is_open=True,
@@ -140,16 +138,17 @@ def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_
     )
 
 
-def layer_counts(run_dir: Path | None) -> tuple[int, int]:
-    """(``model.n_enc_layers``, ``model.n_dec_layers``) of the first run under ``run_dir`` (a run directory or a sweep
-    directory), or of the default config (``conf/config.yaml``'s model) for None.
+def sweep_facts(run_dir: Path | None) -> tuple[int, int, TaskSpec]:
+    """(``model.n_enc_layers``, ``model.n_dec_layers``, task spec) of the first run under ``run_dir`` (a run directory
+    or a sweep directory), or of the default config (``conf/config.yaml``'s model and data presets) for None.
 
     Raises:
-        ValueError: no run under ``run_dir``, or its config lacks the two keys.
+        ValueError: no run under ``run_dir``, its config lacks the two keys, or its task.json is unreadable.
     """
     if run_dir is None:
         model = OmegaConf.load(CONF / "model" / f"{default_choice('model')}.yaml")
-        return model.n_enc_layers, model.n_dec_layers
+        data = OmegaConf.load(CONF / "data" / f"{default_choice('data')}.yaml")
+        return model.n_enc_layers, model.n_dec_layers, task_spec(data.task)
     try:
         found = find_run_dirs([run_dir])
     except ReportError as e:
@@ -160,7 +159,7 @@ def layer_counts(run_dir: Path | None) -> tuple[int, int]:
     keys = ("model.n_enc_layers", "model.n_dec_layers")
     if any(k not in config for k in keys):
         raise ValueError(f"{found[0][0] / 'config.yaml'} has no {' and '.join(keys)}; pass --n-enc-layers and --n-dec-layers")
-    return config[keys[0]], config[keys[1]]
+    return config[keys[0]], config[keys[1]], read_task(found[0][0])
 
 
 def outline(workspace: ws.Workspace) -> str:
@@ -179,16 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--project", required=True, help="W&B project (logger.project)")
     parser.add_argument("--group", required=True, help="the sweep's wandb group (logger.group)")
     parser.add_argument("--run-dir", type=Path, default=None,
-                        help="a run dir or the sweep dir: the layer counts come from its first run's config.yaml")  # fmt: skip
+                        help="a run dir or the sweep dir: the layer counts and the task come from its first run")  # fmt: skip
     parser.add_argument("--n-enc-layers", type=int, default=None, help="encoder layers (default: from --run-dir)")
     parser.add_argument("--n-dec-layers", type=int, default=None, help="decoder layers (default: from --run-dir)")
     parser.add_argument("--save", action="store_true", help="upload the workspace (needs a W&B API key)")
     args = parser.parse_args(argv)
     try:
-        n_enc, n_dec = layer_counts(args.run_dir)
+        n_enc, n_dec, task = sweep_facts(args.run_dir)
         n_enc = n_enc if args.n_enc_layers is None else args.n_enc_layers
         n_dec = n_dec if args.n_dec_layers is None else args.n_dec_layers
-        workspace = build_workspace(args.entity, args.project, args.group, n_enc, n_dec)
+        workspace = build_workspace(args.entity, args.project, args.group, n_enc, n_dec, task)
     except ValueError as e:
         print(f"wandb_workspace: error: {e}", file=sys.stderr)
         return 1

@@ -21,7 +21,7 @@ from training.schema import validate
 
 GROUPS = ("model", "norm", "data", "optim", "schedule", "trainer", "logger", "telemetry")
 NEEDS = {"data=local": ["data.path=/corpus"]}  # a preset with a required key left to the user
-TRANSLATION_KEYS = "name, source, src_lang, tgt_lang, hub, path, max_len, max_examples, vocab_size, joint_vocab, cache_dir"
+TRANSLATION_KEYS = "name, source, src_lang, tgt_lang, hub, path, max_len, max_examples, vocab_size, joint_vocab, cache_dir, task"
 
 
 def sweep_jobs(params: dict | None) -> list[list[str]]:
@@ -82,6 +82,8 @@ def test_every_job_of_every_experiment_sweep_composes_and_validates():
         ("data=multi30k +data.hub.splits.dev=x", "data.hub.splits.dev is not a key of data.hub.splits; valid keys: train, "
          "valid, test"),
         ("data=multi30k data.vocab_size=8k", "data.vocab_size='8k' is invalid: expected an integer"),
+        ("data.task=g2q", "data.task='g2q' is invalid; valid: g2p, translation (set by the data preset, conf/data/)"),
+        ("~data.task", "data.task=None is invalid; valid: g2p, translation (set by the data preset, conf/data/)"),
         ("~trainer.grad_clip", "trainer.grad_clip is missing: expected a number or null"),
         ("logger.name=mlflow", "unknown logger.name 'mlflow'; valid: wandb, none"),
         ("optim.eps=0", "optim.eps=0 is invalid; it must be a finite number > 0"),

@@ -13,6 +13,7 @@ from data.metrics import per_wer
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_vocab, encode_all
 from tests.conftest import make_cfg
 from training import tasks
+from training.tasks import g2p
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +147,7 @@ def test_an_empty_cmudict_split_is_an_error(monkeypatch):
 
 
 def test_the_g2p_task_parses_cmudict_once_per_process():
-    tasks._g2p_data.cache_clear()
+    g2p._g2p_data.cache_clear()
     cfg = make_cfg()
     start = time.perf_counter()
     first = tasks.build_task(cfg, None, None)
@@ -155,13 +156,13 @@ def test_the_g2p_task_parses_cmudict_once_per_process():
     cached = time.perf_counter()
     assert second is not first and second.data is first.data and second.eval_sets is first.eval_sets
     assert second.src_vocab is first.src_vocab and second.tgt_vocab is first.tgt_vocab
-    assert (tasks._g2p_data.cache_info().misses, tasks._g2p_data.cache_info().hits) == (1, 1)
+    assert (g2p._g2p_data.cache_info().misses, g2p._g2p_data.cache_info().hits) == (1, 1)
     assert cached - parsed < (parsed - start) / 100  # measured: 4.6 s, then 0.3 ms
 
 
 @pytest.fixture
 def small_cmudict(monkeypatch):
-    """training.tasks' CMUdict replaced by five words, its calls (the parses) recorded by ``keep_stress``; the task
+    """training.tasks.g2p's CMUdict replaced by five words, its calls (the parses) recorded by ``keep_stress``; the task
     cache is emptied before and after, so neither these words nor the real dictionary reach another test."""
     parses = []
 
@@ -173,10 +174,10 @@ def small_cmudict(monkeypatch):
         return DatasetDict({s: Dataset.from_dict({"word": [w for w, _ in r], "phonemes": [strip(p) for _, p in r]})
                             for s, r in rows.items()})  # fmt: skip
 
-    monkeypatch.setattr(tasks, "load_cmudict", load)
-    tasks._g2p_data.cache_clear()
+    monkeypatch.setattr(g2p, "load_cmudict", load)
+    g2p._g2p_data.cache_clear()
     yield parses
-    tasks._g2p_data.cache_clear()
+    g2p._g2p_data.cache_clear()
 
 
 def test_the_g2p_cache_is_keyed_by_keep_stress_and_the_restored_vocabularies(small_cmudict):
@@ -195,3 +196,24 @@ def test_the_g2p_cache_is_keyed_by_keep_stress_and_the_restored_vocabularies(sma
     odd = tasks.build_task(make_cfg(), None, other)
     assert odd.data["train"].src[1] == [UNK_ID] * 3 and odd.data["train"].tgt == fresh.data["train"].tgt
     assert len(small_cmudict) == 4
+
+
+def test_the_task_spec_is_written_into_the_run_dir_and_read_back(tmp_path, small_cmudict):
+    from runlog.tasks import TASKS, read_task
+
+    task = tasks.build_task(make_cfg(), tmp_path, None)
+    assert read_task(tmp_path) == TASKS["g2p"] == task.spec
+    assert task.describe({"per": 0.312, "wer": 0.805}) == "PER 31.20%, WER 80.50%"
+
+
+def test_a_run_dir_without_task_json_falls_back_to_what_it_logged(tmp_path):
+    from runlog.tasks import TASKS, read_task
+
+    assert read_task(tmp_path) == TASKS["g2p"]  # nothing logged: G2P, as readers assumed before tasks
+    assert read_task(tmp_path, named="translation") == TASKS["translation"]  # a checkpoint's task entry
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "val/bleu": 3.0}\n{"step": 2, "val/b')  # a cut last line
+    assert read_task(tmp_path) == TASKS["translation"]
+    assert read_task(tmp_path, logged=["val/per"]) == TASKS["g2p"]  # names the caller read
+    (tmp_path / "task.json").write_text("{}")
+    with pytest.raises(ValueError, match="task.json is not a task spec"):
+        read_task(tmp_path)

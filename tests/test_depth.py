@@ -115,10 +115,10 @@ def test_growth_table_sits_under_the_depth_charts(grown: tuple[Path, str]) -> No
 
 def test_growth_needs_both_end_blocks_at_that_step() -> None:
     # a non-finite RMS is not kept (analysis/load.py): with enc.2 missing at step 100, enc.1 / enc.0 is no growth
-    run = Run(Path("r"), "r", rms={1: {0: 1.0, 1: 2.0, 2: 4.0, 3: 1.0}, 100: {0: 1.0, 1: 2.0, 3: 1.0}}, n_enc=3)
+    run = Run(Path("r"), "r", profiles={"rms": {1: {0: 1.0, 1: 2.0, 2: 4.0, 3: 1.0}, 100: {0: 1.0, 1: 2.0, 3: 1.0}}}, n_enc=3)
     assert growth(run, "enc", 1) == 4.0 and growth(run, "enc", 100) is None
     assert growth(run, "dec", 1) is None  # one decoder block: no growth
-    assert growth(Run(Path("r"), "r", rms={1: {0: 0.0, 1: 2.0}}, n_enc=2), "enc", 1) is None  # first block 0
+    assert growth(Run(Path("r"), "r", profiles={"rms": {1: {0: 0.0, 1: 2.0}}}, n_enc=2), "enc", 1) is None  # first block 0
 
 
 def test_a_non_finite_value_is_an_empty_cell_and_one_run_has_no_stderr(tmp_path: Path) -> None:

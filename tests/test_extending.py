@@ -50,7 +50,7 @@ def diff_files(diff: str) -> list[str]:
 
 def test_the_page_has_every_kind_of_extension_with_a_diff_and_a_check():
     found = examples()
-    assert list(found) == ["norm-kind", "placement", "attention-site", "telemetry-stat", "task", "dataset"]
+    assert list(found) == ["norm-kind", "placement", "attention-site", "telemetry-stat", "task", "dataset", "report-panel"]
     assert all(set(blocks) == {"diff", "check"} for blocks in found.values())
 
 

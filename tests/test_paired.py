@@ -23,6 +23,7 @@ from analysis.paired import (
 from analysis.runs import Run
 from analysis.stats import mean_stderr, t_interval, zero_spread
 from analysis.variants import Variant
+from runlog.tasks import TASKS
 from scripts import report, report_tables
 from tests.test_report import DIVERGED_ERROR, config, finished, metric_rows, table, write_run
 
@@ -231,7 +232,7 @@ def test_one_pair_no_interval_and_small_n_leave_csv_cells_empty(tmp_path: Path) 
     # seed 0 twice (one run given twice): one pair, their mean 0.25; seed 5 has no partner; a diverged seed 1
     dup = Variant("dup", [run(0, 0.20), run(0, 0.30), run(5, 0.90), run(1, 0.01, state="diverged")])
     single = Variant("single", [run(1, 0.50)])
-    report.write_summary(tmp_path / "s.csv", summary_rows([base, dup, single], "g2p", base), with_baseline=True)
+    report.write_summary(tmp_path / "s.csv", summary_rows([base, dup, single], TASKS["g2p"], base), with_baseline=True)
     with (tmp_path / "s.csv").open(newline="") as f:
         rows = {(r["variant"], r["metric"]): r for r in csv.DictReader(f)}
     got = rows["dup", "test/per"]
@@ -240,16 +241,16 @@ def test_one_pair_no_interval_and_small_n_leave_csv_cells_empty(tmp_path: Path) 
         "1", pytest.approx(0.15, rel=1e-12), "", "", "")  # fmt: skip
     assert (rows["single", "test/per"]["std"], rows["single", "test/per"]["stderr"]) == ("", "")  # n = 1
     assert (rows["single", "test/wer"]["n"], rows["single", "test/wer"]["mean"]) == ("0", "")  # no WER written
-    assert noise_floor(single, quality_metrics("g2p")["test/per"]) is None
-    assert "PER (%) —, WER (%) —, best valid loss —." in report_tables.baseline_note(single, "g2p")
+    assert noise_floor(single, quality_metrics(TASKS["g2p"])["test/per"]) is None
+    assert "PER (%) —, WER (%) —, best valid loss —." in report_tables.baseline_note(single, TASKS["g2p"])
     signed = lambda x: f"{100 * x:+.2f}"
     assert report_tables.delta_text(PairedDifference(1, 0.0015, None, None), signed) == "+0.15 (1)"
     assert report_tables.delta_text(PairedDifference(0, None, None, None), signed) == "— (0)"
 
 
 def test_compared_metrics_are_the_test_metrics_and_best_valid_loss() -> None:
-    assert list(quality_metrics("g2p")) == ["test/per", "test/wer", "best_val_loss"]
-    assert list(quality_metrics("translation")) == ["test/bleu", "test/chrf", "best_val_loss"]
+    assert list(quality_metrics(TASKS["g2p"])) == ["test/per", "test/wer", "best_val_loss"]
+    assert list(quality_metrics(TASKS["translation"])) == ["test/bleu", "test/chrf", "best_val_loss"]
 
 
 def delta_cells(page: str) -> dict[str, str]:

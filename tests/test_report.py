@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from analysis.load import load_run, load_runs
 from analysis.panels import build_panels
 from analysis.variants import group_variants
+from runlog.tasks import TASKS, MetricSpec, TaskSpec, write_task
 from scripts import report, report_figures
 
 STEPS = list(range(10, 101, 10))  # logging steps
@@ -360,7 +361,7 @@ def test_a_lone_point_is_drawn_with_a_marker(hard: tuple[Path, str]) -> None:
     assert mean["y"] == [pytest.approx(65.0)] and mean["hovertext"] == ["n = 2 of 2"]  # PER in %
     # the PNG: matplotlib marks the same lone points (S: 2 runs + mean; D: seed 2's one validation) and the divergence
     variants = group_variants(load_runs([hard[2]]))
-    val_loss = next(p for p in build_panels(variants, "g2p") if p.key == "val_loss")
+    val_loss = next(p for p in build_panels(variants, TASKS["g2p"]) if p.key == "val_loss")
     fig = report_figures.panel_figure(val_loss, report_figures.variant_colors(variants))
     marked = sorted((line.get_marker(), str(line.get_markevery())) for line in fig.axes[0].lines if line.get_marker() != "None")
     labels = fig.axes[0].get_legend_handles_labels()[1]
@@ -383,7 +384,7 @@ def test_the_loss_at_initialization_starts_the_validation_curve_but_is_never_the
     assert runs["better"].best("val/loss") == pytest.approx(loss(1.0, 0, 100) + 0.2)  # 1.23, below 3.8
     assert runs["worse"].best("val/loss") == pytest.approx(loss(5.0, 1, 100) + 0.2)  # 5.24, not 3.8
     assert runs["early"].best("val/loss") is None and runs["early"].diverged_at == 20
-    panels = {p.key: p for p in build_panels(group_variants(list(runs.values())), "g2p")}
+    panels = {p.key: p for p in build_panels(group_variants(list(runs.values())), TASKS["g2p"])}
     curves = {line.name: line for line in panels["val_loss"].lines if line.role == "run"}
     assert curves["better"].x == [0, *EVAL_STEPS] and curves["better"].y[0] == 3.8
     # The diverged run's x sits on its only validation loss, the one at step 0; the PER chart has none for it.
@@ -458,6 +459,23 @@ def test_translation_runs_show_bleu(tmp_path: Path) -> None:
     page = path.read_text()
     assert "plot-val_bleu" in figures(page) and (tmp_path / "out" / "val_bleu.png").is_file()
     assert table(page, "data-run")[0]["mt"]["test/bleu"] == ("13.25", "13.25")
+
+
+def test_the_task_and_its_metrics_come_from_task_json(tmp_path: Path) -> None:
+    spec = TaskSpec("p2g", (MetricSpec("ler", "LER", 100.0, "%"), MetricSpec("wer", "WER", 100.0, "%")), "ler")
+    rows = [{"step": 10, "train/loss": 3.0, "val/loss": 3.1, "val/ler": 0.5}, {"step": 10, "test/ler": 0.25, "test/wer": 0.5}]
+    write_task(write_run(tmp_path / "p2g", config("pre", "layernorm", 0), rows, None), spec)
+    page = report.build_report([tmp_path / "p2g"], tmp_path / "out").read_text()
+    assert "plot-val_ler" in figures(page) and "Validation LER" in page and "Validation PER" not in page
+    assert table(page, "data-run")[0]["p2g"]["test/ler"] == ("0.25", "25.00")
+
+
+def test_runs_of_several_tasks_are_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    write_run(tmp_path / "runs" / "mt", config("pre", "layernorm", 0), [{"step": 10, "test/bleu": 13.25}], None)
+    write_run(tmp_path / "runs" / "g2p", config("pre", "layernorm", 0), [{"step": 10, "test/per": 0.25}], None)
+    assert report.main([str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert "report: error: the runs are of several tasks (g2p: 1 runs, translation: 1 runs)" in err
 
 
 def chromium() -> str | None:

@@ -139,7 +139,7 @@ def test_sigma_max_lines_are_per_matrix_vs_depth_at_the_last_record(variants: di
     assert (step, count) == (100, " (n = 1 of 2)")
     np.testing.assert_allclose(lines[0].y, [sigma(0, 100, d, "self_attn.q") for d in range(4)])
     run = load_runs([sweep / "a0"])[0]
-    assert list(run.sigma_max) == [100]  # only the last record is kept
+    assert list(run.profile("sigma_max")) == [100]  # only the last record is kept
     assert sigma_max_lines(variants[VARIANT_LR]) == (None, "", [])
 
 

@@ -92,7 +92,7 @@ def test_the_step_0_evaluation_leaves_training_bit_identical(tmp_path, monkeypat
 
 def test_training_leaves_the_cached_task_data_as_it_found_it(tmp_path):
     cfg = make_cfg("trainer.max_steps=10")
-    task = build_task(cfg, None, None)  # the data and vocabularies every run of this process shares (tasks._g2p_data)
+    task = build_task(cfg, None, None)  # the data and vocabularies every run of this process shares (tasks.g2p._g2p_data)
     before = copy.deepcopy((task.data, task.eval_sets)), task.src_vocab.to_str(), task.tgt_vocab.to_str()
     train_module.train(cfg, tmp_path)  # trains, validates at step 0 and 10, decodes valid and test
     again = build_task(cfg, None, None)

@@ -4,12 +4,13 @@ import json
 
 import pytest
 
+from runlog.tasks import TASKS, write_task
 from scripts.wandb_workspace import build_workspace, main
 
 
 @pytest.fixture(scope="module")
 def workspace():
-    return build_workspace("my-team", "normlab", "sweep-42", n_enc_layers=2, n_dec_layers=3)
+    return build_workspace("my-team", "normlab", "sweep-42", n_enc_layers=2, n_dec_layers=3, task=TASKS["g2p"])
 
 
 def panel_metrics(section) -> list[list[str]]:
@@ -60,9 +61,9 @@ def test_runset_filtered_to_group_and_grouped_by_norm(workspace) -> None:
 
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="non-empty"):
-        build_workspace("e", "p", "", 2, 2)
+        build_workspace("e", "p", "", 2, 2, TASKS["g2p"])
     with pytest.raises(ValueError, match=">= 0"):
-        build_workspace("e", "p", "g", -1, 2)
+        build_workspace("e", "p", "g", -1, 2, TASKS["g2p"])
 
 
 def test_main_without_save_prints_outline(capsys: pytest.CaptureFixture) -> None:
@@ -90,3 +91,19 @@ def test_layer_counts_come_from_a_runs_config(tmp_path, capsys: pytest.CaptureFi
     assert rms_panels(capsys.readouterr().out).startswith("  Residual RMS per block (6): enc.0 out RMS, enc.1 out RMS, enc.2")
     assert main(["--entity", "e", "--project", "p", "--group", "g", "--run-dir", str(tmp_path / "none")]) == 1
     assert capsys.readouterr().err == f"wandb_workspace: error: no such directory: {str(tmp_path / 'none')!r}\n"
+
+
+def task_line(out: str) -> str:
+    return next(line for line in out.splitlines() if line.strip().startswith(("PER", "BLEU")))
+
+
+def test_the_task_section_comes_from_the_runs_task_json(tmp_path, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model:\n  n_enc_layers: 1\n  n_dec_layers: 1\n")
+    (run / "status.json").write_text("{}")
+    assert main(["--entity", "e", "--project", "p", "--group", "g", "--run-dir", str(run)]) == 0
+    assert task_line(capsys.readouterr().out) == "  PER / WER (3): val/per, val/wer, test/per and test/wer"  # no task.json: G2P
+    write_task(run, TASKS["translation"])
+    assert main(["--entity", "e", "--project", "p", "--group", "g", "--run-dir", str(run)]) == 0
+    assert task_line(capsys.readouterr().out) == "  BLEU / chrF (3): val/bleu, val/chrf, test/bleu and test/chrf"

@@ -7,7 +7,7 @@ states; a single dict in checkpoints written before per-rank streams), ``counter
 ``spikes`` (the spike scores' running state, ``training.spikes.RunSpikes``; absent from checkpoints
 written before spike scores), ``telemetry`` (each weight matrix's power-iteration vector,
 ``telemetry.Telemetry.state_dict``; absent from checkpoints written before it), ``task`` and
-``vocab`` (see ``training/tasks.py``) and ``format``. The learning-rate schedule is not stored: it
+``vocab`` (see ``training/tasks/``) and ``format``. The learning-rate schedule is not stored: it
 is a function of (config, step), re-planned on resume.
 
 On disk a run dir holds ``checkpoint.pt`` (latest), ``checkpoint.prev.pt`` (the one before) and a

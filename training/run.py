@@ -30,7 +30,7 @@ from training.optim import build_optimizer, build_scheduler
 from training.spikes import RunSpikes
 from training.step import StepOptions
 from training.sweep import sweep_group
-from training.tasks import G2PTask, TranslationTask, build_task
+from training.tasks import Task, build_task
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Run:
     device: torch.device
     world: int
     mcfg: ModelConfig
-    task: G2PTask | TranslationTask
+    task: Task
     model: EncoderDecoder
     ddp: nn.Module  # the model, wrapped in DistributedDataParallel when world > 1
     opt: torch.optim.Optimizer

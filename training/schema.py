@@ -13,9 +13,9 @@ looks like a number is quoted for Hydra: ``"logger.project='3'"``). An integer i
 where a number (float) is expected.
 
 Groups reuse the dataclasses that consume them: ``NormConfig``, ``TelemetryConfig``,
-``DecodeConfig``, ``TranslationDataConfig``, and ``ModelConfig`` minus the keys set from the data
-and the norm group (``MODEL_KEYS_NOT_IN_CONFIG``). ``data`` has one schema per kind (``cmudict``
-or a translation corpus) and ``logger`` one per ``logger.name``.
+``DecodeConfig``, and ``ModelConfig`` minus the keys set from the data and the norm group
+(``MODEL_KEYS_NOT_IN_CONFIG``). ``data`` has one schema per task (``data.task``: the task's
+``data_config``, ``training/tasks/``) and ``logger`` one per ``logger.name``.
 """
 
 import dataclasses
@@ -27,12 +27,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from data.translation import TranslationDataConfig
 from model.config import ModelConfig, NormConfig
 from runlog.renames import renamed_message
 from telemetry import TelemetryConfig
 from training.evaluate import DecodeConfig
 from training.optim import DECAYS, INVERSE_SQRT_NEEDS_WARMUP
+from training.tasks import task_class
 
 DEVICES = ("auto", "cpu", "cuda")
 MODEL_KEYS_NOT_IN_CONFIG = ("src_vocab", "tgt_vocab", "pad_id", "share_embeddings", "norm")
@@ -139,14 +139,6 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
-class CmudictDataConfig:
-    """The ``data`` keys of CMUdict G2P: ``keep_stress`` keeps ARPAbet stress digits."""
-
-    name: str
-    keep_stress: bool
-
-
-@dataclass(frozen=True)
 class WandbLoggerConfig:
     """The ``logger`` keys of ``logger=wandb``: ``wandb.init``'s project, entity, group (null: default)."""
 
@@ -248,18 +240,18 @@ def _check_keys(values: dict, schema: type, prefix: str, group: str, skip: tuple
 
 def _variant_schemas(values: dict) -> dict[str, tuple[type, str, tuple[str, ...]]]:
     """group -> (schema, its name in messages, fields that are not keys) for the groups whose
-    schema depends on their content: model (ModelConfig's sizes), data (by kind), logger (by name).
+    schema depends on their content: model (ModelConfig's sizes), data (its task's), logger (by name).
 
     Raises:
-        ValueError: an unknown ``logger.name``.
+        ValueError: an unknown ``data.task`` or ``logger.name``.
     """
-    cmudict = values["data"].get("name") == "cmudict"
+    task = task_class(values["data"].get("task"))
     name = values["logger"].get("name")
     if name not in LOGGERS:
         raise ValueError(f"unknown logger.name {name!r}; valid: {', '.join(LOGGERS)}")
     return {
         "model": (ModelConfig, "model", MODEL_KEYS_NOT_IN_CONFIG),
-        "data": (CmudictDataConfig, "data (cmudict)", ()) if cmudict else (TranslationDataConfig, "data (translation)", ()),
+        "data": (task.data_config, f"data ({task.name})", ()),
         "logger": (LOGGERS[name], f"logger={name}", ()),
     }
 
