@@ -24,8 +24,9 @@ OURS = set(MAY_IMPORT)
 def modules() -> dict[str, Path]:
     out = {"train": ROOT / "train.py"}
     for package in OURS - {"train"}:
-        for path in (ROOT / package).glob("*.py"):
-            out[f"{package}.{path.stem}".removesuffix(".__init__")] = path
+        for path in (ROOT / package).rglob("*.py"):
+            dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out[dotted.removesuffix(".__init__")] = path
     return out
 
 
