@@ -273,6 +273,18 @@ class ModelConfig:
         """The dropout probability on FFN activations: ``act_dropout``, else ``dropout``."""
         return self.dropout if self.act_dropout is None else self.act_dropout
 
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "ModelConfig":
+        """The config ``values`` describe: the plain form of :meth:`to_dict` (a checkpoint's
+        ``model_config``), or the ``model`` keys with the ``norm`` keys under ``norm`` (absent: the
+        default norm); keys added since a checkpoint was written take their defaults.
+
+        Raises:
+            ValueError: a bad value (see the class and :class:`NormConfig`).
+            TypeError: an unknown key.
+        """
+        return cls(**{**values, "norm": NormConfig(**values.get("norm", {}))})
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain-Python form, for checkpoints and logs."""
+        """Plain-Python form, for checkpoints and logs (:meth:`from_dict` reads it back)."""
         return asdict(self)

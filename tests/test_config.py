@@ -16,8 +16,7 @@ import train as train_module
 from runlog.renames import renamed_override, with_current_names
 from tests.conftest import ROOT, make_cfg
 from training.checkpoint import load_checkpoint, save_checkpoint
-from training.optim import DECAYS
-from training.schema import validate
+from training.schema import DECAYS, validate
 
 GROUPS = ("model", "norm", "data", "optim", "schedule", "trainer", "logger", "telemetry")
 NEEDS = {"data=local": ["data.path=/corpus"]}  # a preset with a required key left to the user

@@ -26,6 +26,7 @@ from runlog.metric_names import (
 )
 from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
+from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
 FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True, attn_max_logit=True, logits=True)
@@ -132,7 +133,7 @@ def train_steps(model: EncoderDecoder, every: int, steps: int = 4) -> tuple[list
     src, tgt_in, tgt_out = batch()
     b = Batch(src, tgt_in, tgt_out, list(range(len(src))), int(tgt_out.ne(0).sum()))
     opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 1e-3, 0, steps, "constant")
+    sched = build_scheduler(opt, 1e-3, ScheduleConfig(0, "constant"), steps)
     tele = Telemetry(model, TelemetryConfig(every=every, attn_entropy=True, attn_max_logit=True, logits=True))
     losses, stats = [], []
     for step in range(1, steps + 1):

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
 from data.batching import Seq2SeqData
 from data.bpe import cached_bpe
 from data.cmudict_g2p import load_cmudict
 from data.tokenizer import build_vocab, encode_all
-from data.translation import TranslationDataConfig, load_pairs
+from data.translation import load_pairs
 from model.transformer import EncoderDecoder
-from training.evaluate import DecodeConfig, G2PEvalSet, TranslationEvalSet, evaluate_g2p, evaluate_translation
+from training.evaluate import G2PEvalSet, TranslationEvalSet, evaluate_g2p, evaluate_translation
+from training.schema import RunConfig
 
 
 def _vocabularies(name: str, resume: dict[str, Any] | None) -> tuple[Tokenizer, Tokenizer] | None:
@@ -44,9 +44,9 @@ class _Task:
     tgt_vocab: Tokenizer
     share_embeddings = False
 
-    def __init__(self, cfg: DictConfig, run_dir: Path | None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path | None) -> None:
         self.run_dir = run_dir  # None: save nothing (ranks other than 0)
-        self.decode = DecodeConfig(**OmegaConf.to_container(cfg.decode))
+        self.decode = cfg.decode
         self.max_tokens = cfg.trainer.max_tokens
 
     def _save_vocabularies(self) -> None:
@@ -65,7 +65,7 @@ class G2PTask(_Task):
 
     name = "g2p"
 
-    def __init__(self, cfg: DictConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> None:
         super().__init__(cfg, run_dir)
         restored = _vocabularies(self.name, resume)
         vocab_json = (restored[0].to_str(), restored[1].to_str()) if restored else None
@@ -114,9 +114,9 @@ class TranslationTask(_Task):
 
     name = "translation"
 
-    def __init__(self, cfg: DictConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> None:
         super().__init__(cfg, run_dir)
-        dcfg = TranslationDataConfig(**OmegaConf.to_container(cfg.data))
+        dcfg = cfg.data
         longest = cfg.model.max_len - 1  # one position is BOS/EOS
         max_len = longest if dcfg.max_len is None else dcfg.max_len
         if max_len > longest:
@@ -164,7 +164,7 @@ def _within(data: Seq2SeqData, max_len: int) -> Seq2SeqData:
     return Seq2SeqData([data.src[i] for i in keep], [data.tgt[i] for i in keep])
 
 
-def build_task(cfg: DictConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> G2PTask | TranslationTask:
+def build_task(cfg: RunConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> G2PTask | TranslationTask:
     """The task ``cfg.data`` describes, with its data loaded and vocabularies built (or restored
     from ``resume``) and saved into ``run_dir`` (None: not saved).
 
@@ -173,7 +173,4 @@ def build_task(cfg: DictConfig, run_dir: Path | None, resume: dict[str, Any] | N
     """
     if cfg.data.name == "cmudict":
         return G2PTask(cfg, run_dir, resume)
-    if "source" in cfg.data:
-        return TranslationTask(cfg, run_dir, resume)
-    raise ValueError(f"unknown data {cfg.data.name!r}; valid: cmudict, or a translation corpus with data.source "
-                     "(multi30k, wmt14_de_en, iwslt2017_de_en, local)")  # fmt: skip
+    return TranslationTask(cfg, run_dir, resume)  # data has a translation corpus's keys (training.schema)
