@@ -30,12 +30,10 @@ from training import distributed
 from training.checkpoint import LATEST
 from training.cli import check_args, resume_command
 from training.flops import train_flops
-from training.interrupt import RunInterrupted, StopRequest, read_stop, request_stop
-from training.run import final_test, log_init_loss, save_run, start_run, validate_run
+from training.interrupt import NonFiniteLossError, RunInterrupted, StopRequest, read_stop, request_stop
 from training.schema import RunConfig, validate
 from training.step import train_step
 from training.sweep import in_multirun, parallel_jobs, sweep_stop_file
-from training.window import LogWindow, NonFiniteLossError
 
 
 def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
@@ -82,6 +80,11 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
 
 
 def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
+    # Imported once the config has checked out: the data and evaluation code loads datasets and sacrebleu
+    # (seconds), so a bad override (training.schema) is reported without waiting for them.
+    from training.run import final_test, log_init_loss, save_run, start_run, validate_run
+    from training.window import LogWindow
+
     run = start_run(cfg, run_dir, is_main)
     tc = cfg.trainer
     stream = train_stream(run.task.data["train"], tc.max_tokens, cfg.seed, *run.data_position,
