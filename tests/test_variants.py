@@ -24,8 +24,7 @@ from model.placements import (
     residual_sublayers,
     tfixup_scale,
 )
-from tests.conftest import make_cfg
-from training.run import model_config
+from tests.conftest import make_cfg, model_config
 from training.schema import validate
 
 D = 16
