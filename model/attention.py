@@ -31,8 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# Norm kinds offered at the attention norm sites (``norm.qk``, ``norm.v``), over d_head.
-ATTENTION_NORM_KINDS = ("none", "layernorm", "rmsnorm", "l2")
 # Initial temperature g of l2 QK-norm: x-transformers' default ``qk_norm_scale = 10``.
 QK_L2_TEMPERATURE = 10.0
 

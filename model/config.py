@@ -1,6 +1,7 @@
 """Typed, strict model configuration: validated at construction, saved in every checkpoint.
 
-Imports without Hydra: ``train.py`` turns the Hydra config into these dataclasses.
+Imports without Hydra or torch: ``training.schema`` turns the Hydra config into these dataclasses
+before torch loads.
 
 The norm is planned per block: ``NormConfig``'s keys set every block, ``NormConfig.blocks``
 overrides chosen blocks, and ``ModelConfig.block_norm(stack, index)`` resolves one block's
@@ -8,13 +9,13 @@ overrides chosen blocks, and ``ModelConfig.block_norm(stack, index)`` resolves o
 """
 
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
-from model.attention import ATTENTION_NORM_KINDS
-from model.norms import build_norm, check_norm
+from model.kinds import ATTENTION_NORM_KINDS, check_norm
 from model.placements import PLACEMENTS, STACKS, check_placement
+
+if TYPE_CHECKING:
+    from torch import nn
 
 POSITIONS = ("sinusoidal", "learned")
 
@@ -25,13 +26,13 @@ class NormSpec:
     the norms inside its attention.
 
     Attributes:
-        kind: ``model.norms.NORM_KINDS``.
+        kind: ``model.kinds.NORM_KINDS``.
         impl: ``custom`` or ``native`` (layernorm and rmsnorm only).
         placement: ``model.placements.PLACEMENTS``.
         eps: numerical-stability constant of the norm.
         bias: layernorm, dyt and dyisru learn a shift; ignored by kinds without one.
         qk: per-head norm on the queries and keys of every attention in the block, over d_head
-            (``model.attention.ATTENTION_NORM_KINDS``; ``l2`` adds a learned temperature); None: off.
+            (``model.kinds.ATTENTION_NORM_KINDS``; ``l2`` adds a learned temperature); None: off.
             Uses this spec's impl, eps, bias.
         v: the same on the values; None: off.
         mix_ln_alpha: the share of each stack's blocks Mix-LN makes post-LN (placement ``mix_ln``:
@@ -71,10 +72,12 @@ class NormSpec:
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1:
             raise ValueError(f"norm.mix_ln_alpha must be in [0, 1], got {alpha!r}")
 
-    def build(self, dim: int, kind: str | None = None) -> nn.Module:
+    def build(self, dim: int, kind: str | None = None) -> "nn.Module":
         """This spec's norm over a last dimension of size ``dim``, or the attention-site norm ``kind``
         (``self.qk``, ``self.v``: ``l2`` included) with this spec's impl, eps and bias; see
         ``model.norms.build_norm``."""
+        from model.norms import build_norm  # torch: this module imports without it
+
         return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias, attention=kind is not None)
 
 
@@ -273,6 +276,18 @@ class ModelConfig:
         """The dropout probability on FFN activations: ``act_dropout``, else ``dropout``."""
         return self.dropout if self.act_dropout is None else self.act_dropout
 
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "ModelConfig":
+        """The config ``values`` describe: the plain form of :meth:`to_dict` (a checkpoint's
+        ``model_config``), or the ``model`` keys with the ``norm`` keys under ``norm`` (absent: the
+        default norm); keys added since a checkpoint was written take their defaults.
+
+        Raises:
+            ValueError: a bad value (see the class and :class:`NormConfig`).
+            TypeError: an unknown key.
+        """
+        return cls(**{**values, "norm": NormConfig(**values.get("norm", {}))})
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain-Python form, for checkpoints and logs."""
+        """Plain-Python form, for checkpoints and logs (:meth:`from_dict` reads it back)."""
         return asdict(self)

@@ -19,11 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none")
-# Kinds only the attention norm sites build (over d_head, ``model.attention.ATTENTION_NORM_KINDS``):
-# never a ``norm.kind``, since an l2-normalized residual stream has norm 1, not the RMS 1 the rest expects.
-ATTENTION_ONLY_KINDS = ("l2",)
-NORM_IMPLS = ("custom", "native")
+from model.kinds import ATTENTION_ONLY_KINDS, NORM_KINDS, check_norm
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
@@ -222,8 +218,8 @@ class L2Norm(nn.Module):
         return (xf / norm).to(x.dtype)
 
 
-# (kind, impl) -> factory(dim, eps, bias). ``bias`` only matters for kinds that have a shift
-# (layernorm, dyt, dyisru); the others have none to drop.
+# (kind, impl) -> factory(dim, eps, bias), one row per pair of ``model.kinds.NORM_PAIRS``. ``bias`` only
+# matters for kinds that have a shift (layernorm, dyt, dyisru); the others have none to drop.
 _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("layernorm", "custom"): lambda dim, eps, bias: LayerNorm(dim, eps, bias),
     ("layernorm", "native"): lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
@@ -235,19 +231,6 @@ _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("none", "custom"): lambda dim, eps, bias: nn.Identity(),
     ("l2", "custom"): lambda dim, eps, bias: L2Norm(eps),
 }
-
-
-def check_norm(kind: str, impl: str, *, key: str = "norm.kind", kinds: tuple[str, ...] = NORM_KINDS) -> None:
-    """Raise ``ValueError`` naming the bad value and the valid choices if ``kind`` is not one of
-    ``kinds`` (the residual stream's, by default), ``impl`` is unknown or ``kind`` has no ``impl``.
-    ``key`` is the config key the message names (``norm.qk`` for an attention site)."""
-    if kind not in kinds:
-        raise ValueError(f"unknown {key} {kind!r}; valid kinds: {', '.join(kinds)}")
-    if impl not in NORM_IMPLS:
-        raise ValueError(f"unknown norm.impl {impl!r}; valid impls: {', '.join(NORM_IMPLS)}")
-    if (kind, impl) not in _REGISTRY:
-        valid = ", ".join(f"{k}/{i}" for k, i in _REGISTRY if k in kinds)
-        raise ValueError(f"{key}={kind!r} has no impl {impl!r}; valid kind/impl pairs: {valid}")
 
 
 def build_norm(

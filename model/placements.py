@@ -25,17 +25,20 @@ Init rules pick matrices by *role*, not by parameter name: every module that own
 says which of its ``nn.Linear`` layers plays which role through ``linear_roles()``
 (``attn.q``, ``attn.k``, ``attn.v``, ``attn.out``, ``ffn.in``, ``ffn.out``), so renaming an
 attribute cannot silently change an init.
+
+The table is torch-free (torch loads only where an init rule is applied), so a run's config is
+checked against it before torch loads (``training.schema``).
 """
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+from model.kinds import NORM_KINDS
 
-from model.norms import NORM_KINDS
+if TYPE_CHECKING:
+    from torch import nn
 
 STACKS = ("enc", "dec")
 
@@ -120,7 +123,7 @@ def unit_scale(stack: str, n_enc_layers: int, n_dec_layers: int) -> float:
     return 1.0
 
 
-def _matrices(block: nn.Module, roles: tuple[str, ...]) -> set[int]:
+def _matrices(block: "nn.Module", roles: tuple[str, ...]) -> set[int]:
     """ids of the weights of ``block``'s linear layers that play one of ``roles``."""
     return {
         id(linear.weight)
@@ -140,9 +143,11 @@ class XavierNormalInit:
     roles: tuple[str, ...]
     gain: StackRule
 
-    def apply(self, block: nn.Module, stack: str, n_enc_layers: int, n_dec_layers: int) -> None:
+    def apply(self, block: "nn.Module", stack: str, n_enc_layers: int, n_dec_layers: int) -> None:
         """Re-initialize the 2-D parameters of ``block`` in ``block.parameters()`` order (so the
         RNG draws come in the same order as a loop over parameter names)."""
+        from torch import nn
+
         gain = self.gain(stack, n_enc_layers, n_dec_layers)
         scaled = _matrices(block, self.roles)
         for p in block.parameters():
@@ -158,14 +163,16 @@ class ScaleInit:
     roles: tuple[str, ...]
     factor: StackRule
 
-    @torch.no_grad()
-    def apply(self, block: nn.Module, stack: str, n_enc_layers: int, n_dec_layers: int) -> None:
+    def apply(self, block: "nn.Module", stack: str, n_enc_layers: int, n_dec_layers: int) -> None:
         """Scale the chosen matrices of ``block`` in place."""
+        import torch
+
         factor = self.factor(stack, n_enc_layers, n_dec_layers)
         scaled = _matrices(block, self.roles)
-        for p in block.parameters():
-            if id(p) in scaled:
-                p.mul_(factor)
+        with torch.no_grad():
+            for p in block.parameters():
+                if id(p) in scaled:
+                    p.mul_(factor)
 
 
 @dataclass(frozen=True)

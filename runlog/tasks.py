@@ -61,6 +61,8 @@ class TaskSpec:
         name: the ``data.task`` value (``g2p``); ``training/tasks/<name>.py`` implements it.
         metrics: its decoding metrics, in display order.
         headline: the key of the metric the report's validation chart and the wandb workspace lead with.
+        data_config: ``module:Class`` of the torch-free dataclass that types and checks the ``data`` keys of
+            its presets (``training/schema.py`` imports it by this name, so a bad key is reported before torch loads).
         input_case: how predict.py reads an input line: ``lower`` or ``upper`` (stripped, then that case,
             as the training data is written), None (as given).
 
@@ -71,6 +73,7 @@ class TaskSpec:
     name: str
     metrics: tuple[MetricSpec, ...]
     headline: str
+    data_config: str
     input_case: str | None = None
 
     def __post_init__(self) -> None:
@@ -102,9 +105,20 @@ TASKS = {
     spec.name: spec
     for spec in (
         # CMUdict grapheme-to-phoneme: phoneme and word error rates against the closest reference
-        TaskSpec("g2p", (MetricSpec("per", "PER", **_PERCENT), MetricSpec("wer", "WER", **_PERCENT)), "per", "lower"),
+        TaskSpec(
+            "g2p",
+            (MetricSpec("per", "PER", **_PERCENT), MetricSpec("wer", "WER", **_PERCENT)),
+            "per",
+            "data.config:CmudictDataConfig",
+            "lower",
+        ),
         # sacreBLEU corpus BLEU and chrF of the detokenized text (0-100)
-        TaskSpec("translation", (MetricSpec("bleu", "BLEU", **_HIGHER), MetricSpec("chrf", "chrF", **_HIGHER)), "bleu"),
+        TaskSpec(
+            "translation",
+            (MetricSpec("bleu", "BLEU", **_HIGHER), MetricSpec("chrf", "chrF", **_HIGHER)),
+            "bleu",
+            "data.config:TranslationDataConfig",
+        ),
     )
 }
 

@@ -29,11 +29,14 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from data.batching import Batch
-from model import EncoderDecoder, ModelConfig, NormConfig
+from model.config import ModelConfig
 from model.norms import build_norm
+from model.transformer import EncoderDecoder
 from scripts.bench_model import SIZES, bench_model
-from telemetry import Telemetry, TelemetryConfig
+from telemetry.config import TelemetryConfig
+from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
+from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +139,7 @@ def default_model_and_batch(norm: dict | None = None, dropout: float | None = No
         sizes["dropout"] = dropout
     norm = norm or norm_preset("pre_ln")
     torch.manual_seed(0)
-    model = EncoderDecoder(ModelConfig(src_vocab=31, tgt_vocab=43, norm=NormConfig(**norm), **sizes))
+    model = EncoderDecoder(ModelConfig.from_dict({"src_vocab": 31, "tgt_vocab": 43, **sizes, "norm": norm}))
     B, S, T = 400, 10, 10
     src, tgt = torch.randint(4, 31, (B, S)), torch.randint(4, 43, (B, T + 1))
     return model, Batch(src, tgt[:, :-1], tgt[:, 1:], list(range(B)), B * T)
@@ -146,7 +149,7 @@ def make_step(model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | 
     """``window`` consecutive training steps as train.py runs them (shared ``train_step``),
     telemetry recording on its due steps and read back to the host there, as when logging."""
     opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 1e-4, 0, 10**9, "constant")
+    sched = build_scheduler(opt, 1e-4, ScheduleConfig(0, "constant"), 10**9)
     tele = Telemetry(model, telemetry or TelemetryConfig(every=0))
 
     def run() -> None:

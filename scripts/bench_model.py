@@ -21,10 +21,12 @@ from torch import nn
 
 from data.batching import Batch
 from data.tokenizer import PAD_ID
-from model import EncoderDecoder, ModelConfig, NormConfig
-from model.transformer import Embedding
-from telemetry import Telemetry, TelemetryConfig
+from model.config import ModelConfig, NormConfig
+from model.transformer import Embedding, EncoderDecoder
+from telemetry.config import TelemetryConfig
+from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
+from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
 # Sizes compared: the default model (conf/model/small.yaml) and Transformer-base (conf/model/base.yaml).
@@ -88,7 +90,7 @@ def make_batch(rows: int, src_len: int, tgt_len: int, device: torch.device) -> B
 
 def stepper(model: nn.Module, batch: Batch, device: torch.device):
     opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 1e-4, 0, 10**9, "constant")
+    sched = build_scheduler(opt, 1e-4, ScheduleConfig(0, "constant"), 10**9)
     tele = Telemetry(model, TelemetryConfig(every=0))
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 

@@ -28,7 +28,7 @@ import torch
 from tokenizers import Tokenizer
 
 from data.tokenizer import UNK, detokenize, encode_all
-from model import EncoderDecoder
+from model.transformer import EncoderDecoder
 from runlog.tasks import TaskSpec, read_task
 from training.checkpoint import LATEST, load_checkpoint, model_from
 from training.evaluate import DecodeConfig, decode_all

@@ -40,6 +40,7 @@ from model.placements import PLACEMENTS, STACKS
 from training.checkpoint import load_checkpoint, model_from
 from training.evaluate import even_stride
 from training.probes import first_batch, init_output_change, layer_drop, stream_distances
+from training.schema import validate
 from training.tasks import build_task
 
 DEFAULT_PLACEMENTS = ("post", "pre", "admin", "deepnorm")  # Admin's comparison, and DeepNet's
@@ -59,7 +60,9 @@ def probe(run_dir: Path, max_examples: int, placements: list[str] | None, depths
     Raises:
         FileNotFoundError: no ``RUN_DIR/checkpoint.pt``, or the run's data is missing.
         ValueError: ``max_examples`` < 1, ``delta`` < 0, a depth < 1, a placement unknown or one
-            the run's norm kind cannot take (the messages name the valid values).
+            the run's norm kind cannot take (the messages name the valid values); a saved config
+            that today's schema refuses (``training.schema.validate``: one written before a key
+            without a default existed).
     """
     if max_examples < 1:
         raise ValueError(f"--max-examples={max_examples} is invalid; it must be >= 1")
@@ -67,7 +70,7 @@ def probe(run_dir: Path, max_examples: int, placements: list[str] | None, depths
         raise ValueError(f"--delta={delta} is invalid; it must be >= 0")
     ckpt = load_checkpoint(run_dir / "checkpoint.pt")
     model = model_from(ckpt).to(device)
-    cfg = OmegaConf.create(ckpt["config"])
+    cfg = validate(OmegaConf.create(ckpt["config"]))
     valid = build_task(cfg, None, ckpt).data["valid"]
     keep = even_stride(len(valid), max_examples)
     data = Seq2SeqData([valid.src[i] for i in keep], [valid.tgt[i] for i in keep])
@@ -75,7 +78,7 @@ def probe(run_dir: Path, max_examples: int, placements: list[str] | None, depths
     angles = stream_distances(model, data, cfg.trainer.max_tokens, device)
     batch = first_batch(data, CHANGE_EXAMPLES, device)
     names = placements or default_placements(model.cfg.norm)
-    change = init_output_change(model.cfg, names, depths, batch, delta, seed=cfg.get("seed", 0))
+    change = init_output_change(model.cfg, names, depths, batch, delta, seed=cfg.seed)
     return {"loss": loss, "examples": len(data), "layer_drop": drops, "angular_distance": angles,
             "output_change": change, "delta": delta}  # fmt: skip
 

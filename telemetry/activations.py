@@ -64,7 +64,8 @@ from runlog.metric_names import (
     act,
     derive_stats,
 )
-from telemetry.core import TelemetryConfig, stacks
+from telemetry.config import TelemetryConfig
+from telemetry.core import stacks
 
 SATURATION = 0.99  # act/.../saturation: the share of elements whose bounded norm output is beyond this fraction of its bound
 # Per-channel sums over positions, by a tap's ``features``: (B, L) weights times x^2 of (B, L, D) or (B, H, L, K).

@@ -18,7 +18,8 @@ from torch.utils.hooks import RemovableHandle
 from model.attention import MultiHeadAttention
 from model.transformer import EncoderDecoder
 from runlog.metric_names import ATTENTIONS, attn_entropy, attn_max_logit
-from telemetry.core import DeviceStats, TelemetryConfig, blocks
+from telemetry.config import TelemetryConfig
+from telemetry.core import DeviceStats, blocks
 
 # A hidden key's logit: a large finite negative, not -inf, so that exp() gives exactly 0 and 0 * logit
 # stays 0 instead of NaN in the entropy's sum over keys.

@@ -11,7 +11,8 @@ import math
 import torch
 
 from runlog.metric_names import output_logits
-from telemetry.core import DeviceStats, TelemetryConfig
+from telemetry.config import TelemetryConfig
+from telemetry.core import DeviceStats
 
 
 class LogitStats:

@@ -15,7 +15,8 @@ import torch
 
 from model.transformer import EncoderDecoder
 from runlog.metric_names import adam_below_eps, adam_rms, update_ratio
-from telemetry.core import DeviceStats, TelemetryConfig, blocks
+from telemetry.config import TelemetryConfig
+from telemetry.core import DeviceStats, blocks
 
 
 class OptimizerStats:

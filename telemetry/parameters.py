@@ -27,7 +27,8 @@ from runlog.metric_names import (
     matrix_site,
     weight_spectrum,
 )
-from telemetry.core import DeviceStats, TelemetryConfig, blocks
+from telemetry.config import TelemetryConfig
+from telemetry.core import DeviceStats, blocks
 
 POWER_ITERS = 3  # power iterations per record step and matrix, from the vector the last record left
 POWER_ITERS_FIRST = 200  # on a matrix's first record, from a random vector: within 1.5 % on the hardest D = 64

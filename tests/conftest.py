@@ -1,5 +1,7 @@
-"""Shared fixtures: Hydra configs composed from conf/ with test-sized overrides; a schedule's learning rates."""
+"""Shared fixtures: Hydra configs composed from conf/ with test-sized overrides, the model config one
+describes; a schedule's learning rates."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -7,7 +9,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from data.tokenizer import PAD_ID
+from model.config import ModelConfig
 from training.optim import build_optimizer, build_scheduler
+from training.schema import ScheduleConfig, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model=tiny", "trainer=smoke", "logger=none", "telemetry.every=5"]
@@ -19,6 +24,12 @@ def make_cfg(*overrides: str) -> DictConfig:
         return compose("config", overrides=[*TINY, *overrides])
 
 
+def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+    """The model ``cfg`` describes, with these vocabulary sizes (``training.run.start_run`` takes them from
+    the data); raises ValueError on a bad config."""
+    return replace(validate(cfg).model, src_vocab=src_vocab, tgt_vocab=tgt_vocab, pad_id=PAD_ID)
+
+
 def scheduled_lrs(peak: float, warmup: int, max_steps: int, n: int, decay: str, start: int = 0,
                   loaded_lr: float | None = None) -> list[float]:  # fmt: skip
     """The lr of updates start + 1 .. start + n of a run's schedule, replayed to ``start`` as a resume
@@ -27,7 +38,7 @@ def scheduled_lrs(peak: float, warmup: int, max_steps: int, n: int, decay: str, 
     if loaded_lr is not None:
         for group in opt.param_groups:
             group["lr"] = group["initial_lr"] = loaded_lr
-    sched = build_scheduler(opt, peak, warmup, max_steps, decay, start_step=start)
+    sched = build_scheduler(opt, peak, ScheduleConfig(warmup, decay), max_steps, start_step=start)
     out = []
     for _ in range(n):
         out.append(sched.get_last_lr()[0])

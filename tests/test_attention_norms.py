@@ -8,12 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import EncoderDecoder
 from model.attention import MultiHeadAttention
 from model.norms import L2Norm, LayerNorm, RMSNorm
-from model.transformer import DecoderCache
-from tests.conftest import make_cfg
-from training.run import model_config
+from model.transformer import DecoderCache, EncoderDecoder
+from tests.conftest import make_cfg, model_config
 from training.schema import validate
 
 V = 43

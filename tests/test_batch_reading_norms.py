@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from model import EncoderDecoder, ModelConfig, NormConfig
 from model import norms as norms_module
 from model.beam_search import beam_search
+from model.config import ModelConfig, NormConfig
 from model.norms import BatchReadingNorm
-from model.transformer import DecoderCache
+from model.transformer import DecoderCache, EncoderDecoder
 
 PAD, BOS, EOS, V, D = 0, 1, 2, 12, 16
 

@@ -16,8 +16,7 @@ import train as train_module
 from runlog.renames import renamed_override, with_current_names
 from tests.conftest import ROOT, make_cfg
 from training.checkpoint import load_checkpoint, save_checkpoint
-from training.optim import DECAYS
-from training.schema import validate
+from training.schema import DECAYS, validate
 
 GROUPS = ("model", "norm", "data", "optim", "schedule", "trainer", "logger", "telemetry")
 NEEDS = {"data=local": ["data.path=/corpus"]}  # a preset with a required key left to the user
@@ -261,3 +260,11 @@ def test_run_dir_is_named_from_the_resolved_norm_keys_not_the_preset(tmp_path):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["norm=post_rms", "norm.impl=native"], return_hydra_config=True)
     assert cfg.hydra.run.dir.endswith("_post-rmsnorm-native") and "post_rms" not in cfg.hydra.run.dir
+
+
+def test_the_config_checks_import_without_torch_or_the_data_libraries():
+    """A bad override is reported before torch, datasets, tokenizers or wandb load (seconds)."""
+    heavy = ("torch", "datasets", "tokenizers", "wandb")
+    code = f"import sys, training.schema, training.cli, training.sweep; print([m for m in {heavy} if m in sys.modules])"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    assert proc.stdout.strip() == "[]"

@@ -13,6 +13,7 @@ from data.metrics import per_wer
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_vocab, encode_all
 from tests.conftest import make_cfg
 from training import tasks
+from training.schema import validate
 from training.tasks import g2p
 
 
@@ -148,7 +149,7 @@ def test_an_empty_cmudict_split_is_an_error(monkeypatch):
 
 def test_the_g2p_task_parses_cmudict_once_per_process():
     g2p._g2p_data.cache_clear()
-    cfg = make_cfg()
+    cfg = validate(make_cfg())
     start = time.perf_counter()
     first = tasks.build_task(cfg, None, None)
     parsed = time.perf_counter()
@@ -181,19 +182,19 @@ def small_cmudict(monkeypatch):
 
 
 def test_the_g2p_cache_is_keyed_by_keep_stress_and_the_restored_vocabularies(small_cmudict):
-    fresh = tasks.build_task(make_cfg(), None, None)
-    assert tasks.build_task(make_cfg(), None, None).data is fresh.data and small_cmudict == [False]
-    stressed = tasks.build_task(make_cfg("data.keep_stress=true"), None, None)
+    fresh = tasks.build_task(validate(make_cfg()), None, None)
+    assert tasks.build_task(validate(make_cfg()), None, None).data is fresh.data and small_cmudict == [False]
+    stressed = tasks.build_task(validate(make_cfg("data.keep_stress=true")), None, None)
     assert small_cmudict == [False, True]
     assert "AE1" in stressed.tgt_vocab.get_vocab() and "AE1" not in fresh.tgt_vocab.get_vocab()
     # On resume the checkpoint's vocabularies come back: their own entry, and the same ids as the fresh task's.
-    resumed = tasks.build_task(make_cfg(), None, fresh.checkpoint_state())
+    resumed = tasks.build_task(validate(make_cfg()), None, fresh.checkpoint_state())
     assert small_cmudict == [False, True, False] and resumed.data is not fresh.data
     assert resumed.data == fresh.data and resumed.eval_sets == fresh.eval_sets
     assert resumed.checkpoint_state() == fresh.checkpoint_state()
     # Another vocabulary is another entry, not the cached ids: "dog" has no letter of "cat".
     other = {"task": "g2p", "vocab": {"src": build_vocab(["cat"], unit="char").to_str(), "tgt": fresh.tgt_vocab.to_str()}}
-    odd = tasks.build_task(make_cfg(), None, other)
+    odd = tasks.build_task(validate(make_cfg()), None, other)
     assert odd.data["train"].src[1] == [UNK_ID] * 3 and odd.data["train"].tgt == fresh.data["train"].tgt
     assert len(small_cmudict) == 4
 
@@ -201,7 +202,7 @@ def test_the_g2p_cache_is_keyed_by_keep_stress_and_the_restored_vocabularies(sma
 def test_the_task_spec_is_written_into_the_run_dir_and_read_back(tmp_path, small_cmudict):
     from runlog.tasks import TASKS, read_task
 
-    task = tasks.build_task(make_cfg(), tmp_path, None)
+    task = tasks.build_task(validate(make_cfg()), tmp_path, None)
     assert read_task(tmp_path) == TASKS["g2p"] == task.spec
     assert task.describe({"per": 0.312, "wer": 0.805}) == "PER 31.20%, WER 80.50%"
 

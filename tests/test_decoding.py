@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from model import EncoderDecoder, ModelConfig, NormConfig
 from model.beam_search import beam_search, length_penalty
-from model.transformer import DecoderCache
+from model.config import ModelConfig, NormConfig
+from model.transformer import DecoderCache, EncoderDecoder
 
 BOS, EOS, PAD = 1, 2, 0
 

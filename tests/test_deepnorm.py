@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 
 import train as train_module
-from model import EncoderDecoder
-from tests.conftest import make_cfg
-from training.run import model_config
+from model.transformer import EncoderDecoder
+from tests.conftest import make_cfg, model_config
 
 V = 43  # the CMUdict G2P target vocabulary: 39 phonemes + 4 specials
 

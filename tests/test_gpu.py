@@ -9,10 +9,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import train as train_module
 from data.batching import Batch
-from model import EncoderDecoder, ModelConfig, NormConfig
-from telemetry import Telemetry, TelemetryConfig
+from model.config import ModelConfig, NormConfig
+from model.transformer import EncoderDecoder
+from telemetry.config import TelemetryConfig
+from telemetry.recorder import Telemetry
 from tests.conftest import make_cfg
 from training.optim import build_optimizer, build_scheduler
+from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
 pytestmark = [
@@ -33,7 +36,7 @@ def test_bf16_steps_on_fused_kernels_keep_fp32_master_weights_and_learn(impl):
     cfg = ModelConfig(src_vocab=100, tgt_vocab=100, d_model=256, n_heads=4, d_ff=512, norm=NormConfig(impl=impl))
     model = EncoderDecoder(cfg).cuda()
     opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 1e-3, 0, 100, "constant")
+    sched = build_scheduler(opt, 1e-3, ScheduleConfig(0, "constant"), 100)
     tele, b = Telemetry(model, TelemetryConfig(every=0)), batch()
     losses = []
     # Flash / memory-efficient SDPA only: if our masks forced the math kernel (the attention matrix

@@ -11,14 +11,16 @@ from hydra import compose, initialize_config_dir
 
 import train as train_module
 from data.batching import Batch
-from model import EncoderDecoder, ModelConfig
 from model.attention import MultiHeadAttention
+from model.config import ModelConfig
 from model.layers import FeedForward
-from telemetry import Telemetry, TelemetryConfig
-from tests.conftest import ROOT, make_cfg, scheduled_lrs
+from model.transformer import EncoderDecoder
+from telemetry.config import TelemetryConfig
+from telemetry.recorder import Telemetry
+from tests.conftest import ROOT, make_cfg, model_config, scheduled_lrs
 from training.optim import build_optimizer, build_scheduler
-from training.run import config_diff, model_config
-from training.schema import validate
+from training.run import config_diff
+from training.schema import ScheduleConfig, validate
 from training.step import StepOptions, train_step
 
 
@@ -51,10 +53,9 @@ def test_inverse_sqrt_at_the_presets_warmup_after_a_replay(step):
 
 
 def test_inverse_sqrt_without_warmup_is_refused_with_the_alternatives():
-    opt = build_optimizer(torch.nn.Linear(2, 2), 1e-3, (0.9, 0.98), 0.0, 1e-8)
     message = "schedule.decay=inverse_sqrt needs schedule.warmup_steps >= 1, got 0"
     with pytest.raises(ValueError, match=message):
-        build_scheduler(opt, 1e-3, 0, 100, "inverse_sqrt")
+        ScheduleConfig(warmup_steps=0, decay="inverse_sqrt")
     with pytest.raises(ValueError, match=message + r".*use schedule.decay=linear, cosine or constant"):
         validate(make_cfg("schedule.decay=inverse_sqrt", "schedule.warmup_steps=0"))
     with pytest.raises(ValueError, match="valid: linear, cosine, constant, inverse_sqrt"):
@@ -114,7 +115,7 @@ def test_no_grad_clip_steps_with_the_unclipped_gradient():
     for clip in (None, 0.5):
         model = dropout_model(dropout=0.0)
         opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.0, 1e-8)
-        sched = build_scheduler(opt, 1e-3, 0, 10, "constant")
+        sched = build_scheduler(opt, 1e-3, ScheduleConfig(0, "constant"), 10)
         norm = train_step(
             model,
             [batch],

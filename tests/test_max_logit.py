@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from telemetry import Telemetry, TelemetryConfig
+from telemetry.config import TelemetryConfig
+from telemetry.recorder import Telemetry
 from tests.test_telemetry import batch, make
 
 K = 8  # head size of make(): d_model 32, 4 heads

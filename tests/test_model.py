@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from model import EncoderDecoder, ModelConfig, NormConfig
+from model.config import ModelConfig, NormConfig
+from model.transformer import EncoderDecoder
 
 
 def make_model(placement="pre", kind="layernorm", impl="custom", **sizes) -> EncoderDecoder:

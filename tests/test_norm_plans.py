@@ -8,11 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import EncoderDecoder, ModelConfig, NormConfig
+from model.config import ModelConfig, NormConfig
 from model.norms import LayerNorm, RMSNorm
 from model.placements import PLACEMENTS, XavierNormalInit, deepnorm_constants
-from tests.conftest import make_cfg
-from training.run import config_diff, model_config, saved_model_config
+from model.transformer import EncoderDecoder
+from tests.conftest import make_cfg, model_config
+from training.run import config_diff
 
 V = 43
 NATIVE = ("deepnorm", "post_ln", "post_rms", "pre_ln", "pre_rms", "sandwich_ln")
@@ -228,7 +229,7 @@ def test_placement_records_hold_what_each_placement_decides():
 def test_old_checkpoints_model_config_matches_the_default_plan():
     new = ModelConfig(src_vocab=V, tgt_vocab=V).to_dict()
     old = {**new, "norm": {k: v for k, v in new["norm"].items() if k not in ("qk", "v", "blocks", "mix_ln_alpha")}}
-    assert config_diff(saved_model_config(old), new) == ""  # a checkpoint from before issue 12 resumes
+    assert config_diff(ModelConfig.from_dict(old).to_dict(), new) == ""  # a checkpoint from before issue 12 resumes
     planned = ModelConfig(
         src_vocab=V, tgt_vocab=V, norm=NormConfig(blocks=[{"stack": "enc", "layers": [0], "placement": "post"}])
     )

@@ -5,7 +5,8 @@ import torch
 from torch import nn
 
 from model.config import NormSpec
-from model.norms import ATTENTION_ONLY_KINDS, NORM_KINDS, build_norm
+from model.kinds import NORM_PAIRS
+from model.norms import _REGISTRY, ATTENTION_ONLY_KINDS, NORM_KINDS, build_norm
 from model.placements import PLACEMENTS
 
 WITH_NATIVE = [("layernorm", True), ("layernorm", False), ("rmsnorm", True)]  # (kind, bias)
@@ -148,6 +149,10 @@ def test_rows_are_independent(kind):
     alone = norm(x[2:3])
     x[0] *= 1000.0
     torch.testing.assert_close(norm(x)[2:3], alone, atol=0, rtol=0)
+
+
+def test_the_registry_builds_exactly_the_pairs_the_config_accepts():
+    assert set(_REGISTRY) == set(NORM_PAIRS)  # model.kinds (torch-free) lists them for the config checks
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

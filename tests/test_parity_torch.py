@@ -11,8 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from model import EncoderDecoder, ModelConfig, NormConfig
+from model.config import ModelConfig, NormConfig
 from model.layers import DecoderLayer, EncoderLayer
+from model.transformer import EncoderDecoder
 
 D, H, F_FF = 32, 4, 64
 

@@ -8,7 +8,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import train as train_module
-from model import EncoderDecoder, ModelConfig
+from model.config import ModelConfig
+from model.transformer import EncoderDecoder
 from tests.conftest import make_cfg
 from training.flops import peak_flops, train_flops
 

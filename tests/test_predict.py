@@ -9,9 +9,8 @@ from hydra import compose, initialize_config_dir
 
 import train as train_module
 from scripts.predict import load_model, predict
-from tests.conftest import ROOT, make_cfg
+from tests.conftest import ROOT, make_cfg, model_config
 from training.evaluate import DecodeConfig
-from training.run import model_config
 
 
 def test_predict_spells_words_with_a_g2p_checkpoint(tmp_path):

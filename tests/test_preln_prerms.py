@@ -19,12 +19,12 @@ import pytest
 import torch
 from torch import nn
 
-from model import EncoderDecoder, ModelConfig, NormConfig
 from model.attention import MultiHeadAttention
+from model.config import ModelConfig, NormConfig
 from model.layers import FeedForward
 from model.norms import LayerNorm, RMSNorm
 from model.residual import Residual
-from model.transformer import Embedding
+from model.transformer import Embedding, EncoderDecoder
 
 D, SRC_VOCAB, TGT_VOCAB, PAD = 16, 11, 13, 0
 N_ENC, N_DEC = 2, 2

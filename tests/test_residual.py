@@ -6,10 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from model import EncoderDecoder, ModelConfig, NormConfig
+from model.config import ModelConfig, NormConfig
 from model.norms import build_norm
 from model.placements import PLACEMENTS, ResidualPlan, deepnorm_constants
 from model.residual import Residual
+from model.transformer import EncoderDecoder
 
 D = 16
 

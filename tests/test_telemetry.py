@@ -12,11 +12,15 @@ import torch
 import torch.nn.functional as F
 
 from data.batching import Batch
-from model import EncoderDecoder, ModelConfig, NormConfig
-from runlog.metric_names import ACT_STAT_SITES, FAMILY_STATS, SITE_GROUPS, WEIGHT_SITES, depth_profile, parse
-from telemetry import STATS, Telemetry, TelemetryConfig, first_nonfinite
+from model.config import ModelConfig, NormConfig
+from model.transformer import EncoderDecoder
+from runlog.metric_names import ACT_STAT_SITES, FAMILY_STATS, SITE_GROUPS, STATS, WEIGHT_SITES, depth_profile, parse
+from telemetry.config import TelemetryConfig
+from telemetry.core import first_nonfinite
+from telemetry.recorder import Telemetry
 from tests.test_telemetry_baselines import doc_table
 from training.optim import build_optimizer, build_scheduler
+from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
 FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True, attn_max_logit=True, logits=True)
@@ -76,7 +80,7 @@ def train_steps(model: EncoderDecoder, every: int, steps: int = 4) -> tuple[list
     src, tgt_in, tgt_out = batch()
     b = Batch(src, tgt_in, tgt_out, list(range(len(src))), int(tgt_out.ne(0).sum()))
     opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 1e-3, 0, steps, "constant")
+    sched = build_scheduler(opt, 1e-3, ScheduleConfig(0, "constant"), steps)
     tele = Telemetry(model, TelemetryConfig(every=every, attn_entropy=True, attn_max_logit=True, logits=True))
     losses, stats = [], []
     for step in range(1, steps + 1):

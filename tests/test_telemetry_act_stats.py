@@ -6,9 +6,11 @@ import math
 import pytest
 import torch
 
-from model import EncoderDecoder, ModelConfig, NormConfig
+from model.config import ModelConfig, NormConfig
+from model.transformer import EncoderDecoder
 from runlog.metric_names import ACT_STAT_SITES, parse
-from telemetry import Telemetry, TelemetryConfig
+from telemetry.config import TelemetryConfig
+from telemetry.recorder import Telemetry
 from tests.test_telemetry import batch, record
 from tests.test_telemetry_activations import qkv_model_and_batch
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from runlog.metric_names import ATTENTION_NORM_SITES, BLOCK_SITES, STACK_SITES, parse
-from telemetry import TelemetryConfig
+from telemetry.config import TelemetryConfig
 from tests.test_telemetry import EVERY_SITE_STATS, batch, doc_pattern, make, record
 from tests.test_telemetry_baselines import doc_table
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from model import EncoderDecoder, ModelConfig, NormConfig
-from telemetry import Telemetry, TelemetryConfig
+from model.config import ModelConfig, NormConfig
+from model.transformer import EncoderDecoder
+from telemetry.config import TelemetryConfig
+from telemetry.recorder import Telemetry
 from training.optim import build_optimizer
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "telemetry.md"

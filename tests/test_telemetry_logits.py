@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from data.batching import Batch
-from telemetry import Telemetry, TelemetryConfig
+from telemetry.config import TelemetryConfig
+from telemetry.recorder import Telemetry
 from tests.test_telemetry import batch, make
 from training.step import StepOptions, train_step
 

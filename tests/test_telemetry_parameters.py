@@ -8,10 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.parametrizations import spectral_norm
 
-from model import EncoderDecoder, ModelConfig
+from model.config import ModelConfig
+from model.transformer import EncoderDecoder
 from runlog.metric_names import MATRIX_ROLES, WEIGHT_SITES, matrix_site, parse
-from telemetry import Telemetry, TelemetryConfig
+from telemetry.config import TelemetryConfig
 from telemetry.parameters import POWER_ITERS, POWER_ITERS_FIRST, POWER_SEED
+from telemetry.recorder import Telemetry
 from tests.test_telemetry import make
 from tests.test_telemetry_activations import mean_over_seeds
 

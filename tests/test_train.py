@@ -14,12 +14,13 @@ import torch
 from omegaconf import OmegaConf
 
 import train as train_module
+import training.run
 import training.step
-from model import EncoderDecoder
-from tests.conftest import ROOT, make_cfg
+from model.transformer import EncoderDecoder
+from tests.conftest import ROOT, make_cfg, model_config
 from training.checkpoint import load_checkpoint
 from training.evaluate import evaluate_loss
-from training.run import model_config
+from training.schema import validate
 from training.tasks import build_task
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
@@ -64,7 +65,7 @@ def test_the_first_row_is_the_valid_loss_at_initialization(tmp_path):
     first, *rest = read_metrics(tmp_path)
     # The same model built by hand: seeded as start_run seeds it, then initialized.
     torch.manual_seed(cfg.seed)
-    task = build_task(cfg, None, None)
+    task = build_task(validate(cfg), None, None)
     sizes = task.src_vocab.get_vocab_size(), task.tgt_vocab.get_vocab_size()
     model = EncoderDecoder(replace(model_config(cfg, *sizes), share_embeddings=task.share_embeddings))
     expected = evaluate_loss(model, task.data["valid"], cfg.trainer.max_tokens, torch.device("cpu"))
@@ -77,7 +78,7 @@ def test_the_step_0_evaluation_leaves_training_bit_identical(tmp_path, monkeypat
     # Dropout on and a per-step log, so a random number drawn, or a mode left switched, shows in every loss.
     overrides = ["trainer.max_steps=6", "trainer.log_every=1", "model.dropout=0.1", "telemetry.every=3"]
     train_module.train(make_cfg(*overrides), tmp_path / "with")
-    monkeypatch.setattr(train_module, "log_init_loss", lambda run: None)
+    monkeypatch.setattr(training.run, "log_init_loss", lambda run: None)  # train.py imports it at run time
     train_module.train(make_cfg(*overrides), tmp_path / "without")
 
     def untimed(run_dir: Path) -> list[dict]:  # perf/ and mem/ measure the machine, not the training
@@ -92,10 +93,12 @@ def test_the_step_0_evaluation_leaves_training_bit_identical(tmp_path, monkeypat
 
 def test_training_leaves_the_cached_task_data_as_it_found_it(tmp_path):
     cfg = make_cfg("trainer.max_steps=10")
-    task = build_task(cfg, None, None)  # the data and vocabularies every run of this process shares (tasks.g2p._g2p_data)
+    task = build_task(
+        validate(cfg), None, None
+    )  # the data and vocabularies every run of this process shares (tasks.g2p._g2p_data)
     before = copy.deepcopy((task.data, task.eval_sets)), task.src_vocab.to_str(), task.tgt_vocab.to_str()
     train_module.train(cfg, tmp_path)  # trains, validates at step 0 and 10, decodes valid and test
-    again = build_task(cfg, None, None)
+    again = build_task(validate(cfg), None, None)
     assert again.data is task.data  # the run used these very objects
     assert ((again.data, again.eval_sets), again.src_vocab.to_str(), again.tgt_vocab.to_str()) == before
 

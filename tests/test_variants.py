@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import EncoderDecoder, ModelConfig, NormConfig
+from model.config import ModelConfig, NormConfig
 from model.norms import RMSNorm
 from model.placements import (
     PLACEMENTS,
@@ -24,8 +24,8 @@ from model.placements import (
     residual_sublayers,
     tfixup_scale,
 )
-from tests.conftest import make_cfg
-from training.run import model_config
+from model.transformer import EncoderDecoder
+from tests.conftest import make_cfg, model_config
 from training.schema import validate
 
 D = 16

@@ -13,10 +13,12 @@ import torch.nn.functional as F
 import train as train_module
 from data.batching import Batch
 from data.tokenizer import PAD_ID
-from telemetry import Telemetry, TelemetryConfig
+from telemetry.config import TelemetryConfig
+from telemetry.recorder import Telemetry
 from tests.conftest import make_cfg
 from tests.test_telemetry import batch, make
 from training.optim import build_optimizer, build_scheduler
+from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
 OFF = TelemetryConfig(every=0)
@@ -101,7 +103,7 @@ def test_z_loss_zero_trains_bit_identically_to_the_step_before_the_option():
         torch.manual_seed(0)
         model = make(n=1, dropout=0.1)
         opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
-        sched = build_scheduler(opt, 1e-3, 2, 3, "linear")
+        sched = build_scheduler(opt, 1e-3, ScheduleConfig(2, "linear"), 3)
         micro = micro_batches(split=True)
         losses = []
         for _ in range(3):

@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from model import EncoderDecoder, ModelConfig, NormConfig
+from model.config import ModelConfig
+from model.transformer import EncoderDecoder
 from runlog.atomic import atomic_write
 from runlog.renames import with_current_names
 
@@ -158,7 +159,6 @@ def resolve_resume(resume: str | None, run_dir: Path) -> tuple[dict[str, Any], P
 
 def model_from(ckpt: dict) -> EncoderDecoder:
     """The model of a loaded checkpoint (``training.checkpoint.load_checkpoint``), its weights loaded, on the CPU."""
-    mcfg = dict(ckpt["model_config"])
-    model = EncoderDecoder(ModelConfig(**{**mcfg, "norm": NormConfig(**mcfg["norm"])}))
+    model = EncoderDecoder(ModelConfig.from_dict(ckpt["model_config"]))
     model.load_state_dict(ckpt["model"])
     return model

@@ -21,7 +21,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from model.norms import NORM_KINDS
+from model.kinds import NORM_KINDS
 from runlog.renames import renamed_override
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -3,7 +3,6 @@
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -12,39 +11,7 @@ from data.batching import Seq2SeqData, collate, make_batches
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from model.beam_search import beam_search
 from model.transformer import EncoderDecoder
-
-
-@dataclass(frozen=True)
-class DecodeConfig:
-    """How hypotheses are searched (the ``decode`` config keys).
-
-    Attributes:
-        beam_size: hypotheses kept per sentence; 1 is greedy decoding.
-        length_penalty: alpha of GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14).
-        max_len_a, max_len_b: a batch whose longest source has S tokens (EOS included) generates
-            at most a * S + b tokens (fairseq's ``--max-len-a/-b``), capped by ``model.max_len - 1``.
-
-    Raises:
-        ValueError: a value out of range (the message names the key and the valid range).
-    """
-
-    beam_size: int = 1
-    length_penalty: float = 0.6
-    max_len_a: float = 1.0
-    max_len_b: int = 8
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.beam_size, int) or self.beam_size < 1:
-            raise ValueError(f"decode.beam_size={self.beam_size!r} is invalid; it must be an integer >= 1")
-        if not self.length_penalty >= 0:
-            raise ValueError(f"decode.length_penalty={self.length_penalty!r} is invalid; it must be >= 0")
-        if not (self.max_len_a >= 0 and isinstance(self.max_len_b, int) and self.max_len_a + self.max_len_b >= 1):
-            raise ValueError(f"decode.max_len_a={self.max_len_a!r}, decode.max_len_b={self.max_len_b!r} are invalid; "
-                             "a must be >= 0, b an integer, and a + b >= 1")  # fmt: skip
-
-    def max_len(self, src_len: int) -> int:
-        """Most tokens generated for a batch whose longest source has ``src_len`` tokens."""
-        return int(self.max_len_a * src_len) + self.max_len_b
+from training.schema import DecodeConfig
 
 
 def even_stride(n: int, max_items: int | None) -> list[int]:

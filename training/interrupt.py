@@ -5,13 +5,21 @@ mid-write.
 A sweep stops as a whole: its stop file (``<sweep dir>/STOP``, holding the signal's number) is
 written by the sweep's parent when it gets the signal and by a job that got it itself; every
 running job of the sweep stops at its next step, and a job that has not started yet does not
-start (``training/sweep.py``)."""
+start (``training/sweep.py``). A run that diverges stops too: :class:`NonFiniteLossError`."""
 
 import signal
 from pathlib import Path
 from types import FrameType
 
 from runlog.atomic import atomic_write
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or inf at ``step``; the message names it and the last good checkpoint."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
 
 
 class RunInterrupted(Exception):

@@ -7,11 +7,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, LRScheduler, SequentialLR
 
-DECAYS = ("linear", "cosine", "constant", "inverse_sqrt")
-INVERSE_SQRT_NEEDS_WARMUP = (
-    "schedule.decay=inverse_sqrt needs schedule.warmup_steps >= 1, got 0 (it decays as lr * sqrt(warmup_steps / step)); "
-    "for a run without warmup use schedule.decay=linear, cosine or constant"
-)
+from training.schema import ScheduleConfig
 
 
 def build_optimizer(
@@ -30,9 +26,10 @@ def build_optimizer(
 
 
 def build_scheduler(
-    opt: torch.optim.Optimizer, peak_lr: float, warmup_steps: int, max_steps: int, decay: str, start_step: int = 0
+    opt: torch.optim.Optimizer, peak_lr: float, schedule: ScheduleConfig, max_steps: int, start_step: int = 0
 ) -> LRScheduler:
-    """Linear warmup from ~0 to ``peak_lr`` over ``warmup_steps``, then ``decay``, advanced to ``start_step``.
+    """Linear warmup from ~0 to ``peak_lr`` over ``schedule.warmup_steps``, then ``schedule.decay``,
+    advanced to ``start_step``. The settings are checked by ``ScheduleConfig`` (``training.schema``).
 
     The lr of the update after ``s`` updates (``s`` = 0, 1, ...), with W = ``warmup_steps``:
 
@@ -47,21 +44,11 @@ def build_scheduler(
     a resumed run replays it to its step, so it gets the same learning rates as an
     uninterrupted run, and a resume with another ``max_steps`` re-plans the decay. A warmup
     longer than the run is cut at ``max_steps`` (short smoke runs keep the preset's warmup).
-
-    Raises:
-        ValueError: unknown decay (valid: linear, cosine, constant, inverse_sqrt), a negative
-            warmup_steps, or ``inverse_sqrt`` with warmup_steps 0 (its decay is relative to W).
     """
-    if decay not in DECAYS:
-        raise ValueError(f"unknown schedule.decay {decay!r}; valid: {', '.join(DECAYS)}")
-    if warmup_steps < 0:
-        raise ValueError(f"schedule.warmup_steps must be >= 0, got {warmup_steps}")
-    if decay == "inverse_sqrt" and warmup_steps == 0:
-        raise ValueError(INVERSE_SQRT_NEEDS_WARMUP)
     for group in opt.param_groups:  # start from the configured peak, not a loaded optimizer's lr
         group["lr"] = peak_lr
         group.pop("initial_lr", None)
-    warmup_steps = min(warmup_steps, max_steps)
+    warmup_steps = min(schedule.warmup_steps, max_steps)
     rest = max(max_steps - warmup_steps, 1)
     after = {
         "linear": lambda: LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=rest),
@@ -69,7 +56,7 @@ def build_scheduler(
         "constant": lambda: LinearLR(opt, start_factor=1.0, end_factor=1.0, total_iters=rest),
         # i counts the steps since the warmup ended: the lr after s = W + i updates.
         "inverse_sqrt": lambda: LambdaLR(opt, lambda i: math.sqrt(warmup_steps / (warmup_steps + i))),
-    }[decay]
+    }[schedule.decay]
     if warmup_steps == 0:
         sched = after()
     else:

@@ -12,21 +12,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from data.batching import check_budget
 from data.tokenizer import PAD_ID
-from model import EncoderDecoder, ModelConfig, NormConfig
+from model.config import ModelConfig
+from model.transformer import EncoderDecoder
 from runlog.status import write_status
-from telemetry import Telemetry, TelemetryConfig
+from telemetry.recorder import Telemetry
 from training import distributed
 from training.checkpoint import LATEST, resolve_resume, rng_state, save_checkpoint, set_rng_state
 from training.evaluate import evaluate_loss
 from training.flops import peak_flops
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
+from training.schema import RunConfig
 from training.spikes import RunSpikes
 from training.step import StepOptions
 from training.sweep import sweep_group
@@ -39,7 +41,7 @@ class Run:
     and the counters that a checkpoint carries (``step``, ``data_position``, ``counters``, ``spikes``, and
     ``telemetry``'s power-iteration vectors)."""
 
-    cfg: DictConfig
+    cfg: RunConfig
     run_dir: Path
     is_main: bool  # rank 0: the only rank that writes files, logs and evaluates
     device: torch.device
@@ -69,22 +71,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name)
 
 
-def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig:
-    """The typed model config from the Hydra config; raises ValueError on bad values."""
-    return ModelConfig(
-        src_vocab=src_vocab, tgt_vocab=tgt_vocab, pad_id=PAD_ID,
-        norm=NormConfig(**OmegaConf.to_container(cfg.norm)),
-        **OmegaConf.to_container(cfg.model),
-    )  # fmt: skip
-
-
-def saved_model_config(saved: dict) -> dict:
-    """A checkpoint's ``model_config`` with the keys added since it was written at their defaults
-    (``norm.qk``, ``norm.v``, ``norm.blocks``, ``norm.mix_ln_alpha``), so that it compares equal to
-    the same model built today."""
-    return ModelConfig(**{**saved, "norm": NormConfig(**saved["norm"])}).to_dict()
-
-
 def config_diff(old: dict, new: dict, prefix: str = "") -> str:
     """``key: checkpoint A, this run B`` for each differing key (nested dicts joined with dots)."""
     out = []
@@ -98,8 +84,8 @@ def config_diff(old: dict, new: dict, prefix: str = "") -> str:
     return "; ".join(out)
 
 
-def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
-    """Build the run described by ``cfg`` (already validated): data, model, optimizer, schedule,
+def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
+    """Build the run described by ``cfg``: data, model, optimizer, schedule,
     telemetry and logger, restored from the run dir's checkpoint when ``train.resume`` finds one.
 
     Raises:
@@ -109,14 +95,12 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
     tc = cfg.trainer
     device = distributed.local_device(resolve_device(tc.device))
     world = distributed.world_size()
-    mcfg = model_config(cfg, src_vocab=1, tgt_vocab=1)  # validates sizes and norm now; vocab sizes come below
-    tcfg = TelemetryConfig(**OmegaConf.to_container(cfg.telemetry))
     ckpt, resumed_from = resolve_resume(cfg.train.resume, run_dir) or (None, None)
     if ckpt and ckpt["step"] > tc.max_steps:
         raise ValueError(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={tc.max_steps}; "
                          "raise trainer.max_steps to train on, or start afresh with train.resume=null")  # fmt: skip
     if is_main:
-        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+        OmegaConf.save(cfg.resolved, run_dir / "config.yaml")
         write_status(run_dir, state="running", max_steps=tc.max_steps, error=None)
         (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
     torch.manual_seed(cfg.seed)
@@ -125,13 +109,14 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
     task = build_task(cfg, run_dir if is_main else None, ckpt)  # vocabularies from the checkpoint on resume
     for split in task.data.values():
         check_budget(split, tc.max_tokens)
-    mcfg = replace(mcfg, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
-                   share_embeddings=task.share_embeddings)  # fmt: skip
-    if ckpt and (diff := config_diff(saved_model_config(ckpt["model_config"]), mcfg.to_dict())):
+    mcfg = replace(cfg.model, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
+                   pad_id=PAD_ID, share_embeddings=task.share_embeddings)  # fmt: skip
+    # The checkpoint's model config read back: keys added since it was written compare at their defaults.
+    if ckpt and (diff := config_diff(ModelConfig.from_dict(ckpt["model_config"]).to_dict(), mcfg.to_dict())):
         raise ValueError(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
     model = EncoderDecoder(mcfg).to(device)
-    telemetry = Telemetry(model, tcfg)
-    opt = build_optimizer(model, cfg.optim.lr, tuple(cfg.optim.betas), cfg.optim.weight_decay, cfg.optim.eps)
+    telemetry = Telemetry(model, cfg.telemetry)
+    opt = build_optimizer(model, cfg.optim.lr, cfg.optim.betas, cfg.optim.weight_decay, cfg.optim.eps)
     state: dict[str, Any] = {}
     if ckpt:
         model.load_state_dict(ckpt["model"])
@@ -139,7 +124,7 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
         set_rng_state(ckpt["rng"], distributed.rank(), world, device)
         state = {"step": ckpt["step"], "data_position": tuple(ckpt["data_position"]), "counters": ckpt["counters"],
                  "last_good": f"{resumed_from} (step {ckpt['step']})"}  # fmt: skip
-        changed = config_diff(ckpt["config"], OmegaConf.to_container(cfg, resolve=True))
+        changed = config_diff(ckpt["config"], cfg.resolved)
         print(f"normlab: resuming from step {ckpt['step']} (checkpoint {resumed_from})"
               + (f" with changed settings: {changed}" if changed else ""))  # fmt: skip
         if "spikes" in ckpt:  # absent from checkpoints written before spike scores: those then cover the steps after it
@@ -148,7 +133,7 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
         if "telemetry" in ckpt:  # absent from checkpoints written before it: the power iterations then start afresh
             telemetry.load_state_dict(ckpt["telemetry"])
     step = state.get("step", 0)
-    sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule.warmup_steps, tc.max_steps, cfg.schedule.decay, start_step=step)
+    sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule, tc.max_steps, start_step=step)
     if cfg.schedule.warmup_steps >= tc.max_steps:
         print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} >= trainer.max_steps={tc.max_steps}: "
               f"the whole run warms up (to step {tc.max_steps}), no decay")  # fmt: skip
@@ -167,15 +152,15 @@ def start_run(cfg: DictConfig, run_dir: Path, is_main: bool) -> Run:
                options, peak_flops(device, tc.peak_tflops), **state)  # fmt: skip
 
 
-def wandb_run(cfg: DictConfig, run_dir: Path) -> dict | None:
+def wandb_run(cfg: RunConfig, run_dir: Path) -> dict | None:
     """``wandb.init`` arguments of this run (None for ``logger=none``): one wandb run per job,
     grouped by sweep, tagged with the norm axes and seed, with the resolved config."""
     if cfg.logger.name != "wandb":
         return None
-    n = cfg.norm
+    n = cfg.model.norm
     return {
         "project": cfg.logger.project, "entity": cfg.logger.entity, "group": cfg.logger.group or sweep_group(),
-        "name": run_dir.name, "config": OmegaConf.to_container(cfg, resolve=True),
+        "name": run_dir.name, "config": cfg.resolved,
         "tags": [f"kind={n.kind}", f"impl={n.impl}", f"placement={n.placement}", f"seed={cfg.seed}"],
     }  # fmt: skip
 
@@ -205,7 +190,7 @@ def save_run(run: Run) -> None:
     if not run.is_main:
         return
     save_checkpoint(run.run_dir, {
-        "config": OmegaConf.to_container(run.cfg, resolve=True), "model_config": run.mcfg.to_dict(),
+        "config": run.cfg.resolved, "model_config": run.mcfg.to_dict(),
         "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
         "data_position": run.data_position, "rng": rngs, "counters": run.counters, "spikes": run.spikes.state_dict(),
         "telemetry": run.telemetry.state_dict(), **run.task.checkpoint_state(),

@@ -1,4 +1,4 @@
-"""The config schema: one typed dataclass per config group, checked once at start-up by ``validate``.
+"""The run config, typed: one dataclass per config group, checked once at start-up by ``validate``.
 
 ``validate(cfg)`` checks the composed Hydra config before anything reads it: every key is known,
 every value has its field's type, and every value is in range. The first problem stops the run
@@ -6,19 +6,25 @@ with one line naming the key, the value and what is valid, e.g.
 ``seed='abc' is invalid: expected an integer`` or
 ``trainer.max_step is not a key of trainer; valid keys: device, compile, ...``; a key that was
 renamed names its new key (``trainer.eval_max_words was renamed to trainer.eval_max_examples``).
+It returns the typed :class:`RunConfig` that train.py hands down: nothing below train.py reads
+the Hydra config.
 
 Types are strict, never coerced: Hydra parses ``seed=abc`` and ``data.keep_stress=maybe`` as
 strings and ``logger.project=3`` as an integer, and each of these is an error (a string that
 looks like a number is quoted for Hydra: ``"logger.project='3'"``). An integer is accepted
-where a number (float) is expected.
+where a number (float) is expected. The checks are this module's rather than Hydra's structured
+configs (ConfigStore): OmegaConf coerces ``'3'`` to 3, reports a bad value over several lines,
+and has no unions (``float | None`` aside) or tuples of dataclasses (``norm.blocks``).
 
-Groups reuse the dataclasses that consume them: ``NormConfig``, ``TelemetryConfig``,
-``DecodeConfig``, and ``ModelConfig`` minus the keys set from the data and the norm group
-(``MODEL_KEYS_NOT_IN_CONFIG``). ``data`` has one schema per task (``data.task``: the task's
-``data_config``, ``training/tasks/``) and ``logger`` one per ``logger.name``.
+Groups reuse the dataclasses that consume them: ``ModelConfig`` and ``NormConfig``,
+``TelemetryConfig``, and ``data`` has one schema per task (the ``data_config`` its spec names,
+``runlog.tasks``: ``data.config.CmudictDataConfig``, ``TranslationDataConfig``) and ``logger`` one per
+``logger.name``. This module and what it imports are free of torch, datasets and tokenizers, so a bad
+override is reported before they load.
 """
 
 import dataclasses
+import importlib
 import math
 import types
 import typing
@@ -27,14 +33,18 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from data.config import CmudictDataConfig, TranslationDataConfig
 from model.config import ModelConfig, NormConfig
 from runlog.renames import renamed_message
-from telemetry import TelemetryConfig
-from training.evaluate import DecodeConfig
-from training.optim import DECAYS, INVERSE_SQRT_NEEDS_WARMUP
-from training.tasks import task_class
+from runlog.tasks import task_spec
+from telemetry.config import TelemetryConfig
 
 DEVICES = ("auto", "cpu", "cuda")
+DECAYS = ("linear", "cosine", "constant", "inverse_sqrt")  # training.optim.build_scheduler
+INVERSE_SQRT_NEEDS_WARMUP = (
+    "schedule.decay=inverse_sqrt needs schedule.warmup_steps >= 1, got 0 (it decays as lr * sqrt(warmup_steps / step)); "
+    "for a run without warmup use schedule.decay=linear, cosine or constant"
+)
 MODEL_KEYS_NOT_IN_CONFIG = ("src_vocab", "tgt_vocab", "pad_id", "share_embeddings", "norm")
 _NOUNS = {
     bool: ("a boolean (true or false)", "booleans"),
@@ -105,6 +115,7 @@ class OptimConfig:
     z_loss: float = 0.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(self.betas))  # a list from YAML
         _require(self.lr > 0 and math.isfinite(self.lr), "optim.lr", self.lr, "it must be a finite number > 0")
         _require(self.eps > 0 and math.isfinite(self.eps), "optim.eps", self.eps, "it must be a finite number > 0")
         _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "it must be >= 0")
@@ -115,7 +126,8 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    """The ``schedule`` keys: linear warmup steps, then ``decay`` (one of ``training.optim.DECAYS``).
+    """The ``schedule`` keys: linear warmup steps, then ``decay`` (one of ``DECAYS``; the learning rates:
+    ``training.optim.build_scheduler``).
 
     Raises:
         ValueError: an unknown decay, warmup_steps < 0, ``inverse_sqrt`` without warmup.
@@ -129,6 +141,39 @@ class ScheduleConfig:
         _require(self.warmup_steps >= 0, "schedule.warmup_steps", self.warmup_steps, "it must be an integer >= 0")
         if self.decay == "inverse_sqrt" and self.warmup_steps == 0:
             raise ValueError(INVERSE_SQRT_NEEDS_WARMUP)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How hypotheses are searched (the ``decode`` config keys).
+
+    Attributes:
+        beam_size: hypotheses kept per sentence; 1 is greedy decoding.
+        length_penalty: alpha of GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14).
+        max_len_a, max_len_b: a batch whose longest source has S tokens (EOS included) generates
+            at most a * S + b tokens (fairseq's ``--max-len-a/-b``), capped by ``model.max_len - 1``.
+
+    Raises:
+        ValueError: a value out of range (the message names the key and the valid range).
+    """
+
+    beam_size: int = 1
+    length_penalty: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 8
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.beam_size, int) or self.beam_size < 1:
+            raise ValueError(f"decode.beam_size={self.beam_size!r} is invalid; it must be an integer >= 1")
+        if not self.length_penalty >= 0:
+            raise ValueError(f"decode.length_penalty={self.length_penalty!r} is invalid; it must be >= 0")
+        if not (self.max_len_a >= 0 and isinstance(self.max_len_b, int) and self.max_len_a + self.max_len_b >= 1):
+            raise ValueError(f"decode.max_len_a={self.max_len_a!r}, decode.max_len_b={self.max_len_b!r} are invalid; "
+                             "a must be >= 0, b an integer, and a + b >= 1")  # fmt: skip
+
+    def max_len(self, src_len: int) -> int:
+        """Most tokens generated for a batch whose longest source has ``src_len`` tokens."""
+        return int(self.max_len_a * src_len) + self.max_len_b
 
 
 @dataclass(frozen=True)
@@ -159,9 +204,9 @@ LOGGERS = {"wandb": WandbLoggerConfig, "none": NoLoggerConfig}
 
 
 @dataclass(frozen=True)
-class RunConfig:
-    """The top level of the config; ``model``, ``data`` and ``logger`` are checked by ``validate``
-    against the schema their content selects."""
+class _Composed:
+    """The top level of the composed config, for its key and type checks; ``model``, ``data`` and
+    ``logger`` are checked by ``validate`` against the schema their content selects."""
 
     seed: int
     model: dict
@@ -174,6 +219,31 @@ class RunConfig:
     telemetry: TelemetryConfig
     decode: DecodeConfig
     train: TrainConfig
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run's config, checked and typed: what train.py hands down.
+
+    Attributes:
+        model: the ``model`` keys with the ``norm`` group as ``model.norm``; vocabulary sizes 1 until
+            the data sets them (``training.run.start_run``).
+        resolved: the composed config as plain data, interpolations resolved: ``config.yaml``, a
+            checkpoint's ``config``, the wandb run's config.
+        seed, data, optim, schedule, trainer, logger, telemetry, decode, train: their groups.
+    """
+
+    seed: int
+    model: ModelConfig
+    data: CmudictDataConfig | TranslationDataConfig
+    optim: OptimConfig
+    schedule: ScheduleConfig
+    trainer: TrainerConfig
+    logger: WandbLoggerConfig | NoLoggerConfig
+    telemetry: TelemetryConfig
+    decode: DecodeConfig
+    train: TrainConfig
+    resolved: dict
 
 
 def _describe(tp: Any) -> str:
@@ -245,32 +315,38 @@ def _variant_schemas(values: dict) -> dict[str, tuple[type, str, tuple[str, ...]
     Raises:
         ValueError: an unknown ``data.task`` or ``logger.name``.
     """
-    task = task_class(values["data"].get("task"))
+    task = task_spec(values["data"].get("task"))
+    module, cls = task.data_config.split(":")
     name = values["logger"].get("name")
     if name not in LOGGERS:
         raise ValueError(f"unknown logger.name {name!r}; valid: {', '.join(LOGGERS)}")
     return {
         "model": (ModelConfig, "model", MODEL_KEYS_NOT_IN_CONFIG),
-        "data": (task.data_config, f"data ({task.name})", ()),
+        "data": (getattr(importlib.import_module(module), cls), f"data ({task.name})", ()),
         "logger": (LOGGERS[name], f"logger={name}", ()),
     }
 
 
-def validate(cfg: DictConfig) -> None:
+def validate(cfg: DictConfig) -> RunConfig:
     """Check every key, type and range of the composed run config (interpolations resolved),
-    before any data loads: first keys and types of every group, then each group's dataclass
-    checks its own ranges.
+    before any data loads, and return it typed: first keys and types of every group, then each
+    group's dataclass checks its own ranges.
 
     Raises:
         ValueError: the first bad key or value, in one line naming it and what is valid.
     """
     values = OmegaConf.to_container(cfg, resolve=True)
-    _check_keys(values, RunConfig, "", "the config")
+    _check_keys(values, _Composed, "", "the config")
     variants = _variant_schemas(values)
     for group, (schema, name, skip) in variants.items():
         _check_keys(values[group], schema, f"{group}.", name, skip)
-    hints = typing.get_type_hints(RunConfig)
-    for group in (f.name for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])):
-        hints[group](**values[group])
-    variants["data"][0](**values["data"])
-    ModelConfig(src_vocab=1, tgt_vocab=1, norm=NormConfig(**values["norm"]), **values["model"])
+    hints = typing.get_type_hints(_Composed)
+    groups = {
+        f.name: hints[f.name](**values[f.name])
+        for f in dataclasses.fields(_Composed)
+        if dataclasses.is_dataclass(hints[f.name]) and f.name != "norm"
+    }
+    data = variants["data"][0](**values["data"])
+    model = ModelConfig.from_dict({"src_vocab": 1, "tgt_vocab": 1, **values["model"], "norm": values["norm"]})
+    logger = variants["logger"][0](**values["logger"])
+    return RunConfig(seed=values["seed"], model=model, data=data, logger=logger, resolved=values, **groups)

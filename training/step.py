@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from data.batching import Batch
 from data.tokenizer import PAD_ID
-from telemetry import Telemetry
+from telemetry.recorder import Telemetry
 
 
 @dataclass(frozen=True)

@@ -7,18 +7,11 @@ import time
 import torch
 from tqdm import tqdm
 
-from telemetry import first_nonfinite
+from telemetry.core import first_nonfinite
 from training import distributed
+from training.interrupt import NonFiniteLossError
 from training.run import Run
 from training.step import StepResult
-
-
-class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or inf at ``step``; the message names it and the last good checkpoint."""
-
-    def __init__(self, message: str, step: int) -> None:
-        super().__init__(message)
-        self.step = step
 
 
 def peak_memory_gib(device: torch.device) -> float:

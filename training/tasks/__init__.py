@@ -2,8 +2,8 @@
 
 One module per task, ``training/tasks/<name>.py``, named as its metric spec in ``runlog.tasks.TASKS``
 and selected by the data preset's ``task:`` key (``data.task``); the module's ``TASK`` is its class, a
-:class:`Task`, whose ``data_config`` is the dataclass ``training/schema.py`` checks the ``data`` keys
-against. train.py only sees the interface every task shares:
+:class:`Task`; the spec's ``data_config`` names the torch-free dataclass ``training/schema.py`` checks the
+``data`` keys against. train.py only sees the interface every task shares:
 
 - ``data``: token ids of the splits the loop trains and validates on (``train``, ``valid``, ...);
 - ``src_vocab``, ``tgt_vocab``, ``share_embeddings``: what the model is sized and tied by;
@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
 from data.batching import Seq2SeqData
 from model.transformer import EncoderDecoder
 from runlog.tasks import TASKS, task_spec, write_task
-from training.evaluate import DecodeConfig
+from training.schema import RunConfig
 
 
 def restored_vocabularies(name: str, resume: dict[str, Any] | None) -> tuple[Tokenizer, Tokenizer] | None:
@@ -42,11 +41,10 @@ def restored_vocabularies(name: str, resume: dict[str, Any] | None) -> tuple[Tok
 
 class Task:
     """What every task shares: its spec (``runlog.tasks.TASKS[name]``), decoding settings, vocabulary saving,
-    checkpoint entries and printing. A subclass sets ``name``, ``data_config``, ``examples``, and in
+    checkpoint entries and printing. A subclass sets ``name``, ``examples``, and in
     ``__init__`` ``src_vocab``, ``tgt_vocab``, ``data`` and ``eval_sets`` (valid and test), and defines ``evaluate``."""
 
     name: str  # a key of runlog.tasks.TASKS, and this module's name
-    data_config: type  # the dataclass of the ``data`` keys
     examples: str  # what one entry of an eval set is, for the summary (``words``)
     src_vocab: Tokenizer
     tgt_vocab: Tokenizer
@@ -54,10 +52,10 @@ class Task:
     eval_sets: dict[str, Any]  # valid and test: each has ``refs`` (one entry per example) and ``subset(n)``
     share_embeddings = False
 
-    def __init__(self, cfg: DictConfig, run_dir: Path | None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path | None) -> None:
         self.spec = TASKS[self.name]
         self.run_dir = run_dir  # None: save nothing (ranks other than 0)
-        self.decode = DecodeConfig(**OmegaConf.to_container(cfg.decode))
+        self.decode = cfg.decode
         self.max_tokens = cfg.trainer.max_tokens
 
     def _save_vocabularies(self) -> None:
@@ -94,7 +92,7 @@ def task_class(name: object) -> type[Task]:
     return importlib.import_module(f"{__name__}.{task_spec(name).name}").TASK
 
 
-def build_task(cfg: DictConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> Task:
+def build_task(cfg: RunConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> Task:
     """The task ``cfg.data.task``, with its data loaded and vocabularies built (or restored from ``resume``);
     its spec (``task.json``) and vocabularies are written into ``run_dir`` (None: nothing is written).
 

@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 from tokenizers import Tokenizer
 
 from data.batching import Seq2SeqData
-from data.cmudict_g2p import CmudictDataConfig, load_cmudict
+from data.cmudict_g2p import load_cmudict
 from data.metrics import per_wer
 from data.tokenizer import PAD_ID, build_vocab, encode_all
 from model.transformer import EncoderDecoder
-from training.evaluate import DecodeConfig, decode_all, even_stride
+from training.evaluate import decode_all, even_stride
+from training.schema import DecodeConfig, RunConfig
 from training.tasks import Task, restored_vocabularies
 
 
@@ -64,10 +64,9 @@ class G2PTask(Task):
     """CMUdict grapheme-to-phoneme (``data=cmudict``)."""
 
     name = "g2p"
-    data_config = CmudictDataConfig
     examples = "words"
 
-    def __init__(self, cfg: DictConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> None:
         super().__init__(cfg, run_dir)
         restored = restored_vocabularies(self.name, resume)
         vocab_json = (restored[0].to_str(), restored[1].to_str()) if restored else None

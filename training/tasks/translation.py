@@ -5,16 +5,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from tokenizers import Tokenizer
 
 from data.batching import Seq2SeqData
 from data.bpe import cached_bpe
 from data.metrics import bleu_chrf
 from data.tokenizer import detokenize, encode_all
-from data.translation import TranslationDataConfig, load_pairs
+from data.translation import load_pairs
 from model.transformer import EncoderDecoder
-from training.evaluate import DecodeConfig, decode_all, even_stride
+from training.evaluate import decode_all, even_stride
+from training.schema import DecodeConfig, RunConfig
 from training.tasks import Task, restored_vocabularies
 
 
@@ -49,12 +49,11 @@ class TranslationTask(Task):
     """
 
     name = "translation"
-    data_config = TranslationDataConfig
     examples = "sentences"
 
-    def __init__(self, cfg: DictConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: Path | None, resume: dict[str, Any] | None) -> None:
         super().__init__(cfg, run_dir)
-        dcfg = TranslationDataConfig(**OmegaConf.to_container(cfg.data))
+        dcfg = cfg.data
         longest = cfg.model.max_len - 1  # one position is BOS/EOS
         max_len = longest if dcfg.max_len is None else dcfg.max_len
         if max_len > longest:

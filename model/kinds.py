@@ -1,0 +1,26 @@
+"""The norm kinds and impls a config may name, and which (kind, impl) pairs exist: torch-free, so a
+run's config validates before torch loads (``training.schema``). ``model/norms.py`` builds each pair
+(its ``_REGISTRY`` has one row per pair of ``NORM_PAIRS``)."""
+
+NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none")
+# Kinds only the attention norm sites build (over d_head, ``ATTENTION_NORM_KINDS``): never a
+# ``norm.kind``, since an l2-normalized residual stream has norm 1, not the RMS 1 the rest expects.
+ATTENTION_ONLY_KINDS = ("l2",)
+# Norm kinds offered at the attention norm sites (``norm.qk``, ``norm.v``), over d_head.
+ATTENTION_NORM_KINDS = ("none", "layernorm", "rmsnorm", "l2")
+NORM_IMPLS = ("custom", "native")
+NATIVE_KINDS = ("layernorm", "rmsnorm")  # the kinds torch has a module for: nn.LayerNorm, nn.RMSNorm
+NORM_PAIRS = tuple((k, i) for k in NORM_KINDS + ATTENTION_ONLY_KINDS for i in NORM_IMPLS if i == "custom" or k in NATIVE_KINDS)
+
+
+def check_norm(kind: str, impl: str, *, key: str = "norm.kind", kinds: tuple[str, ...] = NORM_KINDS) -> None:
+    """Raise ``ValueError`` naming the bad value and the valid choices if ``kind`` is not one of
+    ``kinds`` (the residual stream's, by default), ``impl`` is unknown or ``kind`` has no ``impl``.
+    ``key`` is the config key the message names (``norm.qk`` for an attention site)."""
+    if kind not in kinds:
+        raise ValueError(f"unknown {key} {kind!r}; valid kinds: {', '.join(kinds)}")
+    if impl not in NORM_IMPLS:
+        raise ValueError(f"unknown norm.impl {impl!r}; valid impls: {', '.join(NORM_IMPLS)}")
+    if (kind, impl) not in NORM_PAIRS:
+        valid = ", ".join(f"{k}/{i}" for k, i in NORM_PAIRS if k in kinds)
+        raise ValueError(f"{key}={kind!r} has no impl {impl!r}; valid kind/impl pairs: {valid}")
