@@ -462,7 +462,12 @@ def test_translation_runs_show_bleu(tmp_path: Path) -> None:
 
 
 def test_the_task_and_its_metrics_come_from_task_json(tmp_path: Path) -> None:
-    spec = TaskSpec("p2g", (MetricSpec("ler", "LER", 100.0, "%"), MetricSpec("wer", "WER", 100.0, "%")), "ler")
+    spec = TaskSpec(
+        "p2g",
+        (MetricSpec("ler", "LER", 100.0, "%"), MetricSpec("wer", "WER", 100.0, "%")),
+        "ler",
+        "data.config:CmudictDataConfig",
+    )
     rows = [{"step": 10, "train/loss": 3.0, "val/loss": 3.1, "val/ler": 0.5}, {"step": 10, "test/ler": 0.25, "test/wer": 0.5}]
     write_task(write_run(tmp_path / "p2g", config("pre", "layernorm", 0), rows, None), spec)
     page = report.build_report([tmp_path / "p2g"], tmp_path / "out").read_text()
