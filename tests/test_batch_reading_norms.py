@@ -144,8 +144,10 @@ def test_running_buffers_are_saved_resumed_and_switched_by_train_eval(masked_mea
     model.eval()
     resumed.eval()
     torch.testing.assert_close(resumed(src, tgt), model(src, tgt), rtol=0, atol=0)
-    # Eval mode reads the running means only: a row's logits do not depend on the rest of the batch.
-    torch.testing.assert_close(model(src[:1], tgt[:1]), model(src, tgt)[:1], atol=1e-6, rtol=0)
+    # Eval mode reads the running means only: a row's logits do not depend on the rest of the batch
+    # (up to float32 matmul blocking, which differs with batch size and thread count: ~3e-6 seen on 2 threads;
+    # training-mode statistics over the batch move them by orders of magnitude more).
+    torch.testing.assert_close(model(src[:1], tgt[:1]), model(src, tgt)[:1], atol=2e-5, rtol=0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     evaluated = model(src, tgt)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # eval left the buffers alone
