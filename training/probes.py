@@ -24,10 +24,10 @@ from training.evaluate import evaluate_loss
 
 class SkippedBlock(nn.Module):
     """A block replaced by the identity ``x -> x``: it returns the residual stream it is given and
-    ignores the rest of a block's call (``EncoderLayer(x, src_pad_mask)``,
-    ``DecoderLayer(x, memory, src_pad_mask, cache)``). Shapes: (B, L, D) -> (B, L, D)."""
+    ignores the rest of a block's call (``EncoderLayer(x, src_pad_mask, keep=...)``,
+    ``DecoderLayer(x, memory, src_pad_mask, cache, keep=...)``). Shapes: (B, L, D) -> (B, L, D)."""
 
-    def forward(self, x: torch.Tensor, *context: object) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *context: object, keep: torch.Tensor | None = None) -> torch.Tensor:
         return x
 
 
