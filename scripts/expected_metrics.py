@@ -48,9 +48,14 @@ def load(path: Path) -> list[dict[str, float]]:
     return [{k: v for k, v in row.items() if not k.startswith(TIMING)} for row in rows]
 
 
-def differences(a: list[dict], b: list[dict], rtol: float = 0.0, atol: float = 0.0) -> list[str]:
+def differences(
+    a: list[dict], b: list[dict], rtol: float = 0.0, atol: float = 0.0, counts: dict[str, float] | None = None
+) -> list[str]:
     """Where ``b`` differs from ``a``: a record count, a key set or a value outside
-    ``|x - y| <= atol + rtol * |x|`` (NaN equals NaN); empty when they agree."""
+    ``|x - y| <= atol + rtol * |x|`` (NaN equals NaN); empty when they agree. ``counts``: keys whose
+    values count discrete events (a decoded word, an Adam entry below eps), each with the absolute
+    difference allowed instead."""
+    counts = counts or {}
     if len(a) != len(b):
         return [f"{len(a)} records vs {len(b)}"]
     out = []
@@ -63,14 +68,15 @@ def differences(a: list[dict], b: list[dict], rtol: float = 0.0, atol: float = 0
             continue
         for k, u in x.items():
             v = y[k]
-            same = (
-                (math.isnan(u) and math.isnan(v))
-                if isinstance(u, float) and math.isnan(u)
-                else abs(u - v) <= atol + rtol * abs(u)
-            )
-            if not same:
+            if not (_close(u, v, 0.0, counts[k]) if k in counts else _close(u, v, rtol, atol)):
                 out.append(f"step {x.get('step')} {k}: {u!r} vs {v!r}")
     return out
+
+
+def _close(u: float, v: float, rtol: float, atol: float) -> bool:
+    if isinstance(u, float) and math.isnan(u):
+        return isinstance(v, float) and math.isnan(v)
+    return abs(u - v) <= atol + rtol * abs(u)
 
 
 def main(argv: list[str] | None = None) -> int:
