@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from model.kinds import ATTENTION_NORM_KINDS, check_norm
-from model.placements import PLACEMENTS, STACKS, check_placement
+from model.placements import PLACEMENTS, check_placement
+from runlog.metric_names import STACKS
 
 if TYPE_CHECKING:
     from torch import nn

@@ -40,8 +40,6 @@ from model.kinds import NORM_KINDS
 if TYPE_CHECKING:
     from torch import nn
 
-STACKS = ("enc", "dec")
-
 
 def deepnorm_constants(n_enc_layers: int, n_dec_layers: int) -> dict[str, tuple[float, float]]:
     """DeepNet's (alpha, beta) for an encoder-decoder with N encoder and M decoder layers.

@@ -36,7 +36,8 @@ from omegaconf import OmegaConf
 
 from data.batching import Seq2SeqData
 from model.config import NormConfig
-from model.placements import PLACEMENTS, STACKS
+from model.placements import PLACEMENTS
+from runlog.metric_names import STACKS
 from training.checkpoint import load_checkpoint, model_from
 from training.evaluate import even_stride
 from training.probes import first_batch, init_output_change, layer_drop, stream_distances

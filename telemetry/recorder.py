@@ -3,7 +3,7 @@ statistics of a training step, reduced on the device.
 
 One module per thing observed, each writing 0-dim device tensors into one shared record:
 ``activations`` (``act/``), ``attention`` (``attn/``), ``logits`` (``out/``), ``parameters``
-(``grad/``, ``weight/``, ``scale/``) and ``optimizer`` (``update/``, ``optim/below_eps``); ``core`` holds
+(``grad/``, ``weight/``, ``scale/``) and ``optimizer`` (``update/``, ``optim/below_eps``); ``config`` holds
 :class:`TelemetryConfig`. Names are formatted and parsed only by ``runlog/metric_names.py``; definitions,
 sources and Gaussian baselines: docs/telemetry.md.
 
@@ -28,16 +28,13 @@ from typing import Protocol
 import torch
 
 from model.transformer import EncoderDecoder
-from runlog.metric_names import SITE_GROUPS, STATS
 from telemetry.activations import ActivationStats
 from telemetry.attention import AttentionStats
 from telemetry.config import TelemetryConfig
-from telemetry.core import DeviceStats, first_nonfinite
+from telemetry.core import DeviceStats
 from telemetry.logits import LogitStats
 from telemetry.optimizer import OptimizerStats
 from telemetry.parameters import ParameterStats
-
-__all__ = ["STATS", "SITE_GROUPS", "Telemetry", "TelemetryConfig", "first_nonfinite"]
 
 
 class ForwardInputs(Protocol):

@@ -17,8 +17,8 @@ from torch import nn
 from data.batching import Batch, Seq2SeqData, collate, make_batches
 from data.tokenizer import PAD_ID
 from model.config import ModelConfig
-from model.placements import STACKS
 from model.transformer import EncoderDecoder
+from runlog.metric_names import STACKS
 from training.evaluate import evaluate_loss
 
 
