@@ -107,14 +107,10 @@ def batch_shape(data: Seq2SeqData, index: list[int]) -> tuple[int, int, int, int
 def collate(data: Seq2SeqData, index: list[int]) -> Batch:
     """Pad rows ``index`` into a :class:`Batch`: src + EOS, BOS + tgt, tgt + EOS."""
     B, S, T, n_tgt = batch_shape(data, index)
-    src = torch.full((B, S), PAD_ID, dtype=torch.long)
-    tgt_in = torch.full((B, T), PAD_ID, dtype=torch.long)
-    tgt_out = torch.full((B, T), PAD_ID, dtype=torch.long)
-    for row, i in enumerate(index):
-        s, t = data.src[i], data.tgt[i]
-        src[row, : len(s) + 1] = torch.tensor(s + [EOS_ID])
-        tgt_in[row, : len(t) + 1] = torch.tensor([BOS_ID] + t)
-        tgt_out[row, : len(t) + 1] = torch.tensor(t + [EOS_ID])
+    # One tensor per field from padded lists: filling row by row costs ~3 small tensors per row.
+    src = torch.tensor([data.src[i] + [EOS_ID] + [PAD_ID] * (S - 1 - len(data.src[i])) for i in index])
+    tgt_in = torch.tensor([[BOS_ID] + data.tgt[i] + [PAD_ID] * (T - 1 - len(data.tgt[i])) for i in index])
+    tgt_out = torch.tensor([data.tgt[i] + [EOS_ID] + [PAD_ID] * (T - 1 - len(data.tgt[i])) for i in index])
     return Batch(src, tgt_in, tgt_out, list(index), n_tgt)
 
 

@@ -10,11 +10,13 @@ SOURCES = ("hub", "local")
 @dataclass(frozen=True)
 class CmudictDataConfig:
     """The ``data`` keys of CMUdict (``conf/data/cmudict.yaml``): ``task`` (``g2p``), ``keep_stress``
-    keeps ARPAbet stress digits."""
+    keeps ARPAbet stress digits, ``cache_dir`` holds the parsed and encoded splits (``data/cache.py``;
+    null: parse and encode in every process)."""
 
     name: str
     task: str
     keep_stress: bool
+    cache_dir: str | None = "~/.cache/normlab/cmudict"
 
 
 @dataclass(frozen=True)

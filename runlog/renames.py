@@ -19,6 +19,7 @@ RENAMED = {  # old dotted key -> new dotted key
 ADDED = {  # dotted key added since the first release -> the value under which the old code ran
     "norm.mix_ln_alpha": 0.25,  # used by placement mix_ln only, which old runs could not select
     "optim.z_loss": 0.0,  # no z-loss
+    "data.cache_dir": None,  # CMUdict parsed and encoded in every process (translation presets always had it)
 }
 
 

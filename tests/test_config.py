@@ -30,6 +30,11 @@ def sweep_jobs(params: dict | None) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)]
 
 
+def key_overrides(job: list[str]) -> list[tuple[str, object]]:
+    """(key, value) of each override in ``job``, the value typed as Hydra's override parser types it."""
+    return [(o.key_or_group, o.value()) for o in OverridesParser.create().parse_overrides(job)]
+
+
 def test_every_preset_composes_and_validates():
     presets = [f"{g}={p.stem}" for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml"))]
     assert len(presets) >= 27  # at abc122c: 3 model, 9 norm, 5 data, 1 optim, 1 schedule, 3 trainer, 2 logger, 3 telemetry
@@ -39,15 +44,38 @@ def test_every_preset_composes_and_validates():
 
 
 def test_every_job_of_every_experiment_sweep_composes_and_validates():
+    # Hydra composes a job from its config-group choices (norm=post_ln), then sets its key overrides
+    # (seed=1, optim.lr=3e-3) on the result: compose once per group combination and set the keys on a copy,
+    # as Hydra would (struct mode: a key the config lacks is an error here too).
     jobs = 0
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
             experiment = f"+experiment={path.stem}"
             params = compose("config", overrides=[experiment], return_hydra_config=True).hydra.sweeper.params
+            composed = {}
             for job in sweep_jobs(params):
-                validate(compose("config", overrides=[experiment, *job]))
+                groups = tuple(o for o in job if (ROOT / "conf" / o.split("=")[0]).is_dir())
+                if groups not in composed:
+                    composed[groups] = compose("config", overrides=[experiment, *groups])
+                cfg = composed[groups].copy()
+                for key, value in key_overrides([o for o in job if o not in groups]):
+                    OmegaConf.update(cfg, key, value, merge=False)
+                validate(cfg)
                 jobs += 1
     assert jobs >= 1 + 8 + 15 + 12  # iwslt_de_en (one run), impl_parity, norm_ablation, warmup_sensitivity
+
+
+def test_setting_a_sweep_jobs_keys_on_a_composed_config_is_what_hydra_composes():
+    # The shortcut the test above takes, checked on a job of each kind of key (int, float, string).
+    job = ["norm=post_ln", "seed=2", "optim.lr=3e-3", "norm.impl=native", "schedule.warmup_steps=60"]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        hydra_composed = compose("config", overrides=["+experiment=lr_sensitivity", *job])
+        cfg = compose("config", overrides=["+experiment=lr_sensitivity", "norm=post_ln"])
+    for key, value in key_overrides(job[1:]):
+        OmegaConf.update(cfg, key, value, merge=False)
+    assert OmegaConf.to_container(cfg, resolve=True) == OmegaConf.to_container(hydra_composed, resolve=True)
+    with pytest.raises(Exception, match="Key 'lrr' is not in struct"):
+        OmegaConf.update(cfg, "optim.lrr", 1.0, merge=False)
 
 
 @pytest.mark.parametrize(

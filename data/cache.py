@@ -1,0 +1,62 @@
+"""An on-disk cache of built data (parsed, encoded splits and their vocabularies).
+
+A new process (each job of a sweep, each resumed run) then loads in a fraction of a second what took it
+seconds to parse and encode. An entry is named by a fingerprint of everything that determines it (the
+source data's bytes, the settings, the library versions, the source text of the modules that build it),
+so an edit to any of them makes a new entry instead of reusing a stale one.
+"""
+
+import hashlib
+import inspect
+import pickle
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+from runlog.atomic import atomic_write
+
+T = TypeVar("T")
+
+
+def fingerprint(parts: Iterable[bytes | str]) -> str:
+    """SHA-256 (hex, 16 chars) of ``parts``, each length-prefixed so that no two part lists collide."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8") if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()[:16]
+
+
+def source_text(*defined: object) -> list[str]:
+    """The text of the source files that define ``defined`` (functions, classes, modules), as fingerprint parts."""
+    return [Path(inspect.getsourcefile(obj)).read_text(encoding="utf-8") for obj in defined]
+
+
+def cached(path: Path | None, build: Callable[[], T]) -> T:
+    """``build()``, pickled at ``path``, or loaded from it when a previous process stored it there.
+
+    ``path`` None: no cache. An entry that cannot be read (cut short, written by another Python) is built
+    again and replaced; a cache that cannot be written (a read-only home) only costs the speed-up, with one
+    warning on stderr. The write is atomic, so the jobs of a parallel sweep may race to store one entry.
+    """
+    if path is None:
+        return build()
+    if path.is_file():
+        try:
+            with path.open("rb") as f:
+                return pickle.load(f)
+        except Exception as e:  # any unpickling failure means: rebuild
+            _warn(f"data cache entry {path} is unreadable ({type(e).__name__}); rebuilding it")
+    value = build()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda f: pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL))
+    except OSError as e:
+        _warn(f"cannot write the data cache {path} ({e}); the data will be built again next run")
+    return value
+
+
+def _warn(message: str) -> None:
+    print(f"normlab: warning: {message}", file=sys.stderr)

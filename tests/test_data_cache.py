@@ -1,0 +1,72 @@
+"""The on-disk data cache (data/cache.py) and CMUdict's use of it (training/tasks/g2p.py): an entry gives back
+exactly what building gave, a change to anything that shapes the data names another entry, and a broken or
+unwritable cache costs only the speed-up."""
+
+import os
+import pickle
+
+import pytest
+
+from data.cache import cached, fingerprint, source_text
+from data.tokenizer import build_vocab
+from training.tasks import g2p
+
+
+def test_fingerprint_parts_are_length_prefixed_and_order_matters():
+    assert fingerprint(["ab", "c"]) != fingerprint(["a", "bc"]) != fingerprint(["c", "ab"])
+    assert fingerprint([b"ab", "c"]) == fingerprint(["ab", b"c"]) and len(fingerprint([])) == 16
+
+
+def test_source_text_reads_the_file_that_defines_an_object():
+    (text,) = source_text(build_vocab)
+    assert "def build_vocab(" in text and text.startswith('"""Vocabularies built with Hugging Face')
+
+
+def test_an_entry_is_built_once_then_loaded(tmp_path):
+    builds = []
+    build = lambda: builds.append(1) or {"ids": [[1, 2], [3]]}
+    path = tmp_path / "sub" / "k.pkl"
+    assert cached(path, build) == cached(path, build) == {"ids": [[1, 2], [3]]} and builds == [1]
+    assert cached(None, build) == {"ids": [[1, 2], [3]]} and builds == [1, 1]  # no path: no cache
+    assert [p.name for p in path.parent.iterdir()] == ["k.pkl"]  # no temp file left behind
+
+
+def test_an_unreadable_entry_is_rebuilt_and_replaced_saying_so(tmp_path, capsys):
+    path = tmp_path / "k.pkl"
+    path.write_bytes(pickle.dumps([1, 2, 3])[:-3])  # cut short, as by a full disk
+    assert cached(path, lambda: [4]) == [4]
+    warning = f"normlab: warning: data cache entry {path} is unreadable (UnpicklingError); rebuilding it\n"
+    assert capsys.readouterr().err == warning
+    assert pickle.loads(path.read_bytes()) == [4]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_an_unwritable_cache_costs_only_the_speed_up(tmp_path, capsys):
+    tmp_path.chmod(0o500)
+    try:
+        assert cached(tmp_path / "k.pkl", lambda: [4]) == [4]
+    finally:
+        tmp_path.chmod(0o700)
+    assert capsys.readouterr().err.startswith(f"normlab: warning: cannot write the data cache {tmp_path / 'k.pkl'} (")
+
+
+def test_a_cache_path_that_is_a_file_costs_only_the_speed_up(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    assert cached(tmp_path / "afile" / "k.pkl", lambda: [4]) == [4]  # as root too: a file cannot hold entries
+    assert capsys.readouterr().err.startswith(f"normlab: warning: cannot write the data cache {tmp_path / 'afile' / 'k.pkl'} (")
+
+
+def test_cmudict_from_the_disk_cache_equals_cmudict_parsed(tmp_path, monkeypatch):
+    g2p._g2p_data.cache_clear()
+    parsed = g2p._g2p_data(False, None, str(tmp_path))  # a miss: parsed, encoded, stored
+    (entry,) = tmp_path.iterdir()
+    g2p._g2p_data.cache_clear()  # a new process
+    monkeypatch.setattr(g2p, "_build_g2p_data", lambda *_: pytest.fail("built although the entry was on disk"))
+    loaded = g2p._g2p_data(False, None, str(tmp_path))
+    g2p._g2p_data.cache_clear()
+    assert [v.to_str() for v in loaded[:2]] == [v.to_str() for v in parsed[:2]]
+    assert loaded[2] == parsed[2] and loaded[3] == parsed[3] and len(loaded[2]["train"]) > 100_000
+    # keep_stress and restored vocabularies name other entries (looked up, not built here)
+    vocab_json = (parsed[0].to_str(), parsed[1].to_str())
+    keys = {g2p._cache_path(*args, str(tmp_path)) for args in [(False, None), (True, None), (False, vocab_json)]}
+    assert entry in keys and len(keys) == 3 and g2p._cache_path(False, None, None) is None
