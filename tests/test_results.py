@@ -6,9 +6,10 @@ Tables. A results table follows a marker
 
 whose key columns match the table's first columns (text, exactly); each further column's header names a CSV column in
 backticks (e.g. "LRS (`lrs_mean`)"). Every number in such a cell must equal the CSV's value to the number of decimals
-shown; a cell may hold the text "diverged", "did not learn" or "—" where the CSV cell is empty. A run's set-up follows a
-marker ``<!-- conf: +experiment=<name> -->``: a two-column table (key, value) whose every value must be the experiment
-preset's (a swept key: the sweep's values, comma-separated).
+shown, or, written with a unit, "24.5 %" or "+6.7 pt" (percentage points), the CSV's fraction times 100 (PER and WER
+are stored as fractions); a cell may hold the text "diverged", "did not learn" or "—" where the CSV cell is empty.
+A run's set-up follows a marker ``<!-- conf: +experiment=<name> -->``: a two-column table (key, value) whose every
+value must be the experiment preset's (a swept key: the sweep's values, comma-separated).
 
 Prose. Every other number on the page (outside code, links and HTML comments) must be one of the values the tables of
 its own section check (a CSV value or a set-up value; the summary above the first section: any table's), to the
@@ -34,6 +35,7 @@ TABLE = r"\n+((?:\|.*\|\n)+)"
 CSV_MARKER = re.compile(r"<!-- csv: (\S+) key=(\S+) -->" + TABLE)
 CONF_MARKER = re.compile(r"<!-- conf: (\+experiment=\w+) -->" + TABLE)
 NUMBER = re.compile(r"^[+-]?\d+(?:\.(\d+))?(?:e[+-]?\d+)?$")
+PERCENT = re.compile(r"^([+-]?\d+(?:\.\d+)?) (?:%|pt)$")  # a fraction shown x 100: "24.5 %", "+6.7 pt"
 EMPTY_CELLS = ("diverged", "did not learn", "—")
 # numbers that are names, not measurements: citation years, arXiv ids, sections, figures, issues, models and corpora
 CITATION = re.compile(
@@ -82,11 +84,14 @@ def csv_values(path: str, keys: list[str], rows: list[list[str]]) -> list[float]
             if cell in EMPTY_CELLS:
                 assert value == "" or not math.isfinite(float(value)), f"{path} {row[0]} {column}: {cell} vs {value}"
                 continue
-            match = NUMBER.match(cell)
+            percent = PERCENT.match(cell)
+            shown = percent.group(1) if percent else cell
+            match = NUMBER.match(shown)
             assert match, f"{path} {row[0]} {column}: {cell!r} is not a number"
             decimals = len(match.group(1) or "")
             where = f"{path} {row[: len(keys)]} {column}"
-            assert abs(float(cell) - float(value)) <= 0.5 * 10**-decimals + 1e-12, f"{where}: {cell} vs {value}"
+            scaled = float(value) * (100 if percent else 1)
+            assert abs(float(shown) - scaled) <= 0.5 * 10**-decimals + 1e-9, f"{where}: {cell} vs {value}"
             values.append(float(value))
     return values
 
@@ -175,3 +180,12 @@ def test_the_prose_checker_catches_a_wrong_number() -> None:
     assert not matches("0.288", None, values) and not matches("80", "%", values) and not matches("2", None, values)
     assert not matches("81", None, values)  # a bare integer must match exactly: "81" is not 0.8076
     assert re.sub(r"[\s,]+", " ", CITATION.sub("", "Xiong et al. 2020, arXiv 2002.04745, §3.1")).strip() == "Xiong"
+
+
+def test_a_percent_cell_is_its_fraction_times_100(tmp_path) -> None:
+    (tmp_path / "s.csv").write_text("variant,mean,diff_mean\npost,0.2453,0.0671\n")
+    header = ["variant", "PER (`mean`)", "minus pre (`diff_mean`)"]
+    assert csv_values(str(tmp_path / "s.csv"), ["variant"], [header, ["post", "24.5 %", "+6.7 pt"]]) == [0.2453, 0.0671]
+    for wrong in (["post", "24.6 %", "+6.7 pt"], ["post", "0.2453 %", "+6.7 pt"], ["post", "24.5%", "+6.7 pt"]):
+        with pytest.raises(AssertionError):
+            csv_values(str(tmp_path / "s.csv"), ["variant"], [header, wrong])
