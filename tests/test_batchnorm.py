@@ -12,9 +12,10 @@ from torch import nn
 
 import train as train_module
 from model.batchnorm import MOMENTUM, BatchNorm, NativeBatchNorm
+from model.beam_search import beam_search
 from model.config import ModelConfig, NormConfig
 from model.norms import LayerNorm, build_norm
-from model.transformer import EncoderDecoder
+from model.transformer import DecoderCache, EncoderDecoder
 from tests.conftest import make_cfg, model_config
 from tests.test_batch_reading_norms import PAD, V, _noisy_padding, batch
 from tests.test_resume import EXACT, losses, stop_by_sigterm
@@ -137,6 +138,20 @@ def test_fewer_than_two_real_tokens_in_training_is_one_clear_error(impl):
     assert torch.isfinite(norm(x, keep)).all()  # the running statistics need no batch
 
 
+def test_statistics_in_float32_or_wider_and_the_output_in_the_input_dtype():
+    norm = build_norm("batchnorm", D)
+    x, keep = stream(0, (6, 4))
+    ref = norm(300 * x, keep)  # fp32; bf16 squares of ~1000 lose every digit of a small variance
+    low = norm((300 * x).bfloat16(), keep)
+    assert low.dtype == torch.bfloat16 and torch.isfinite(low).all()
+    torch.testing.assert_close(low.float(), ref, atol=4 * 2**-7 * ref.abs().max().item(), rtol=0)
+    norm64 = build_norm("batchnorm", D).double()
+    y = norm64(x.double(), keep)
+    real = x.double()[keep]
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y[keep], (real - real.mean(0)) / (real.var(0, unbiased=False) + 1e-5).sqrt(), atol=1e-12, rtol=0)
+
+
 def bn_model(seed: int = 0, **norm: object) -> EncoderDecoder:
     """A 2+2-layer model with BatchNorm in every norm (the decoder's too), dropout 0, training mode."""
     torch.manual_seed(seed)
@@ -167,6 +182,21 @@ def test_padding_reaches_neither_the_real_tokens_nor_the_loss_nor_the_gradients(
     pad = torch.full((len(src), 3), PAD)
     wider = model(torch.cat([src, pad], 1), torch.cat([tgt, pad], 1))[:, : tgt.shape[1]]
     torch.testing.assert_close(wider[real], model(src, tgt)[real], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("impl", ["custom", "native"])
+def test_eval_mode_decodes_token_by_token_as_a_full_pass(impl):
+    src, tgt = batch()
+    model = bn_model(impl=impl)
+    model(src, tgt)  # one training pass moves the running statistics
+    model.eval()
+    src_pad_mask = src.eq(PAD)
+    memory = model.encode(src, src_pad_mask)
+    cache = DecoderCache(len(model.decoder))
+    steps = [model.decode(tgt[:, t : t + 1], memory, src_pad_mask, cache) for t in range(tgt.shape[1])]
+    real = tgt.ne(PAD)
+    torch.testing.assert_close(torch.cat(steps, 1)[real], model.decode(tgt, memory, src_pad_mask)[real], atol=1e-5, rtol=0)
+    assert len(beam_search(model, src, bos_id=1, eos_id=2, beam_size=2, alpha=0.6, max_len=5)) == len(src)
 
 
 # -- Under DDP: two gloo ranks with uneven real tokens equal one process on the concatenated batch. --
