@@ -11,7 +11,7 @@ overrides chosen blocks, and ``ModelConfig.block_norm(stack, index)`` resolves o
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from model.kinds import ATTENTION_NORM_KINDS, check_norm
+from model.kinds import ATTENTION_NORM_KINDS, BATCH_READING_KINDS, check_norm
 from model.placements import PLACEMENTS, check_placement
 from runlog.metric_names import STACKS
 
@@ -28,10 +28,10 @@ class NormSpec:
 
     Attributes:
         kind: ``model.kinds.NORM_KINDS``.
-        impl: ``custom`` or ``native`` (layernorm and rmsnorm only).
+        impl: ``custom`` or ``native`` (layernorm, rmsnorm and batchnorm only).
         placement: ``model.placements.PLACEMENTS``.
         eps: numerical-stability constant of the norm.
-        bias: layernorm, dyt and dyisru learn a shift; ignored by kinds without one.
+        bias: layernorm, dyt, dyisru and batchnorm learn a shift; ignored by kinds without one.
         qk: per-head norm on the queries and keys of every attention in the block, over d_head
             (``model.kinds.ATTENTION_NORM_KINDS``; ``l2`` adds a learned temperature); None: off.
             Uses this spec's impl, eps, bias.
@@ -147,17 +147,24 @@ class NormConfig(NormSpec):
     Attributes:
         blocks: :class:`BlockNorm` entries (or their dicts, as from YAML), applied in order (a later
             entry wins where two cover a block); None: every block uses the ``norm.*`` keys.
+        decoder_batch_stats: admit a batch-reading kind (``model.kinds.BATCH_READING_KINDS``) in the
+            decoder's blocks and final norm, whose training statistics read future target positions
+            (a causality leak; :class:`ModelConfig` checks it, knowing the decoder's depth).
 
     Raises:
         ValueError: a bad ``norm.*`` value (see :class:`NormSpec`), or a bad ``norm.blocks``
             entry: not a mapping, an unknown key, stack or layer index, an entry that changes
-            nothing, or a combination its blocks cannot take (the message names the entry).
+            nothing, or a combination its blocks cannot take (the message names the entry);
+            ``decoder_batch_stats`` not a bool.
     """
 
     blocks: tuple[BlockNorm, ...] | None = None
+    decoder_batch_stats: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not isinstance(self.decoder_batch_stats, bool):
+            raise ValueError(f"norm.decoder_batch_stats must be true or false, got {self.decoder_batch_stats!r}")
         if self.blocks is not None and not isinstance(self.blocks, list | tuple):
             raise ValueError(f"norm.blocks={self.blocks!r} is invalid; expected a list of mappings or null")
         if not self.blocks:  # an empty list is no override: None, so the saved config matches an old checkpoint's
@@ -212,7 +219,9 @@ class ModelConfig:
     Raises:
         ValueError: a size out of range, d_model not divisible by n_heads, an unknown
             positions kind, a ``norm.blocks`` layer index past its stack (the message names the
-            value and the valid range or choices).
+            value and the valid range or choices); a batch-reading norm kind in a decoder block
+            (and so in the decoder's final norm, which takes the last block's kind) without
+            ``norm.decoder_batch_stats`` (the message names both fixes).
     """
 
     src_vocab: int
@@ -253,6 +262,7 @@ class ModelConfig:
         if self.positions not in POSITIONS:
             raise ValueError(f"unknown model.positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
         self._check_block_layers()
+        self._check_decoder_batch_stats()
 
     def _check_block_layers(self) -> None:
         n_layers = {"enc": ("n_enc_layers", self.n_enc_layers), "dec": ("n_dec_layers", self.n_dec_layers)}
@@ -262,6 +272,19 @@ class ModelConfig:
                 past = [j for j in block.layers or () if j >= n]
                 if past:
                     raise ValueError(f"norm.blocks[{i}].layers has {past[0]}, but model.{key}={n}; valid: 0..{n - 1}")
+
+    def _check_decoder_batch_stats(self) -> None:
+        # A batch-reading norm's training statistics over a target stream include every position of every
+        # sentence, so position t's output reads positions after t: teacher forcing then sees the future.
+        # Checking the blocks covers the final norm, which takes the last block's kind (transformer.final_norm).
+        if self.norm.decoder_batch_stats:
+            return
+        for i in range(self.n_dec_layers):
+            kind = self.block_norm("dec", i).kind
+            if kind in BATCH_READING_KINDS:
+                raise ValueError(f"norm.kind={kind} in decoder block {i} reads future target positions in training (a causality "
+                                 f"leak): keep the decoder token-wise, e.g. 'norm.blocks=[{{stack: dec, kind: layernorm}}]', "
+                                 f"or allow it with norm.decoder_batch_stats=true")  # fmt: skip
 
     def block_norm(self, stack: str, index: int) -> NormSpec:
         """The resolved norm of layer ``index`` (0-based) of ``stack``: ``norm.spec`` at this stack's depth."""

@@ -2,8 +2,9 @@
 
 Shape legend: x is (..., D) where D = ``dim`` (d_model); every norm here normalizes over the last
 dimension only, so the statistics of one row never depend on another row of the batch. Norms that
-read the batch (statistics over the real tokens of all ranks) derive from :class:`BatchReadingNorm`,
-whose docstring is their contract with the model.
+read the batch (statistics over the real tokens of all ranks) derive from :class:`BatchReadingNorm`
+(``model.batch_reading``, re-exported here), whose docstring is their contract with the model; they live
+in their own modules (``model.batchnorm``), the registry below builds them too.
 
 Custom norms compute their statistics in float32 (float64 inputs in float64) and cast the result
 back to the input dtype: squaring bf16/fp16 activations of a few hundred overflows or loses all
@@ -19,59 +20,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+# BatchReadingNorm lives in model.batch_reading so that model.batchnorm can derive from it without an import cycle;
+# it is re-exported here, where the model and the docs name it.
+from model.batch_reading import BatchReadingNorm as BatchReadingNorm
+from model.batch_reading import wide as _wide
+from model.batchnorm import BatchNorm, NativeBatchNorm
 from model.kinds import ATTENTION_ONLY_KINDS, NORM_KINDS, check_norm
-
-
-def _wide(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float32, or in its own dtype where that is wider (float64 stays float64)."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))
-
-
-class BatchReadingNorm(nn.Module):
-    """Base of the norms whose statistics read the batch (BatchNorm, PowerNorm), not one token's vector.
-
-    The model calls a subclass as ``norm(x, keep)`` wherever a residual stream is normalized, and a
-    token-wise norm as ``norm(x)``: which call a slot makes is decided once, when the block is built
-    (``model.residual.Residual``, ``model.transformer.EncoderDecoder``), so token-wise norms pay
-    nothing. Telemetry's hooks see ``args[0]`` = x either way.
-
-    Shapes: x (B, L, D), one stream; ``keep`` (B, L) bool, True at its real (non-pad) tokens;
-    returns (B, L, D) in x's dtype. What ``keep`` is, where:
-
-    - encoder (every slot of every block, and ``enc_final_norm``): ``~src_pad_mask``;
-    - decoder (every slot of its self-attention, cross-attention and FFN sublayers, and
-      ``dec_final_norm``): ``tgt_in != pad_id``, the target stream's real tokens, also in the
-      cross-attention, whose queries are target positions;
-    - incremental decoding (a ``DecoderCache``, beam search): the new positions' mask; the model
-      allows it in eval mode only (``EncoderDecoder.decode`` raises ``RuntimeError`` otherwise).
-
-    The contract a subclass keeps:
-
-    - training mode (``self.training``): statistics over the tokens where ``keep`` is True, summed
-      over the ranks of ``self.group`` when it is set; they are updated into running buffers
-      registered with ``register_buffer`` (so the state dict saves them, a resume restores them
-      and ``.to()`` moves them). In the decoder these statistics include future positions of the
-      same sentence, a causality leak (DESIGN.md §3), measured where it is allowed.
-    - eval mode: the running statistics only, so each token's output depends on that token alone
-      and incremental decoding gives what a full pass gives.
-    - ``group``: the data-parallel process group (``EncoderDecoder.set_norm_group``); None: the
-      statistics of this process only.
-
-    Attention's norm sites (``q_norm``, ``k_norm``, ``v_norm``, over d_head) stay token-wise:
-    ``model.attention.ATTENTION_NORM_KINDS`` admits no batch-reading kind.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.group: torch.distributed.ProcessGroup | None = None
-
-    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        """x (B, L, D), keep (B, L) bool -> (B, L, D).
-
-        Raises:
-            NotImplementedError: always; a subclass defines it.
-        """
-        raise NotImplementedError(f"{type(self).__name__} must define forward(x, keep)")
 
 
 class LayerNorm(nn.Module):
@@ -219,7 +173,7 @@ class L2Norm(nn.Module):
 
 
 # (kind, impl) -> factory(dim, eps, bias), one row per pair of ``model.kinds.NORM_PAIRS``. ``bias`` only
-# matters for kinds that have a shift (layernorm, dyt, dyisru); the others have none to drop.
+# matters for kinds that have a shift (layernorm, dyt, dyisru, batchnorm); the others have none to drop.
 _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("layernorm", "custom"): lambda dim, eps, bias: LayerNorm(dim, eps, bias),
     ("layernorm", "native"): lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
@@ -227,6 +181,8 @@ _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("rmsnorm", "native"): lambda dim, eps, bias: nn.RMSNorm(dim, eps=eps),
     ("scalenorm", "custom"): lambda dim, eps, bias: ScaleNorm(dim, eps),
     ("dyt", "custom"): lambda dim, eps, bias: DyT(dim, bias),
+    ("batchnorm", "custom"): lambda dim, eps, bias: BatchNorm(dim, eps, bias),
+    ("batchnorm", "native"): lambda dim, eps, bias: NativeBatchNorm(dim, eps, bias),
     ("dyisru", "custom"): lambda dim, eps, bias: DyISRU(dim, bias),
     ("none", "custom"): lambda dim, eps, bias: nn.Identity(),
     ("l2", "custom"): lambda dim, eps, bias: L2Norm(eps),
@@ -242,10 +198,10 @@ def build_norm(
         kind: one of ``NORM_KINDS``; ``none`` is ``nn.Identity`` (the no-norm baseline). With
             ``attention``, also ``ATTENTION_ONLY_KINDS`` (``l2``).
         dim: D, the normalized dimension (d_model; d_head at an attention site).
-        impl: ``custom`` (this module, from the formula) or ``native`` (``nn.LayerNorm``,
-            ``nn.RMSNorm``; only those two kinds have one).
+        impl: ``custom`` (from the formula: this module, ``model.batchnorm``) or ``native``
+            (``nn.LayerNorm``, ``nn.RMSNorm``, ``nn.BatchNorm1d``; only those three kinds have one).
         eps: numerical-stability constant, passed explicitly to native modules too.
-        bias: give layernorm, dyt and dyisru a learned shift; ignored by kinds without one.
+        bias: give layernorm, dyt, dyisru and batchnorm a learned shift; ignored by kinds without one.
         attention: the norm sits at an attention site (q, k or v over d_head), where the
             attention-only kinds are valid too.
 

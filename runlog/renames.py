@@ -20,6 +20,7 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.mix_ln_alpha": 0.25,  # used by placement mix_ln only, which old runs could not select
     "optim.z_loss": 0.0,  # no z-loss
     "data.cache_dir": None,  # CMUdict parsed and encoded in every process (translation presets always had it)
+    "norm.decoder_batch_stats": False,  # no batch-reading kind existed, so none sat in the decoder
 }
 
 

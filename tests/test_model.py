@@ -16,6 +16,9 @@ def make_model(placement="pre", kind="layernorm", impl="custom", **sizes) -> Enc
 
 @pytest.mark.parametrize("placement", ["post", "pre"])
 def test_decoder_is_causal(placement):
+    """Token-wise norms keep the decoder causal in every mode. A batch-reading norm (batchnorm) does not in
+    training mode, so the config admits one in the decoder only with ``norm.decoder_batch_stats=true``
+    (``ModelConfig``; the leak is measured by the test below)."""
     model = make_model(placement)
     src = torch.randint(4, 20, (3, 9))
     tgt = torch.randint(4, 24, (3, 8))
@@ -24,6 +27,32 @@ def test_decoder_is_causal(placement):
     a, b = model(src, tgt), model(src, changed)
     torch.testing.assert_close(a[:, :5], b[:, :5], atol=1e-6, rtol=0)
     assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+LEAKS = [("batchnorm", True, True), ("batchnorm", False, False), ("layernorm", True, False)]  # (kind, training mode, leaks)
+
+
+@pytest.mark.parametrize(("kind", "train", "leaks"), LEAKS)
+def test_batch_statistics_in_the_decoder_read_later_positions_in_training_only(kind, train, leaks):
+    """d(logits at target position 1) / d(decoder input at positions 2..) with ``norm.decoder_batch_stats=true``:
+    nonzero for batchnorm in training mode, in the same sentence and the others; exactly zero in eval mode
+    (running statistics) and for layernorm."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(src_vocab=20, tgt_vocab=24, d_model=32, n_heads=4, d_ff=64, n_enc_layers=2, n_dec_layers=2,
+                      dropout=0.0, norm=NormConfig(kind=kind, decoder_batch_stats=True))  # fmt: skip
+    model = EncoderDecoder(cfg)
+    src, tgt = torch.randint(4, 20, (3, 9)), torch.randint(4, 24, (3, 8))
+    model(src, tgt)  # one training pass moves the running statistics off their init
+    model.train(train)
+    inputs = []
+    model.tgt_embed.register_forward_hook(lambda mod, args, out: inputs.append(out))
+    logits = model(src, tgt)
+    (grad,) = torch.autograd.grad(logits[:, 1].sum(), inputs[0])  # (3, 8, D)
+    later = grad[:, 2:].abs().amax(-1)  # (3, 6): each sentence's positions after 1
+    if leaks:
+        assert (later > 1e-6).all()
+    else:
+        assert torch.equal(later, torch.zeros_like(later))
 
 
 @pytest.mark.parametrize("placement", ["post", "pre"])

@@ -71,5 +71,5 @@ def test_bench_composes_each_norm_preset_as_a_run_does():
     from scripts.bench import NORM_PRESETS, norm_preset
 
     assert "_base" not in NORM_PRESETS and {"pre_ln", "post_rms", "deepnorm"} <= set(NORM_PRESETS)
-    off = {"qk": None, "v": None, "blocks": None, "mix_ln_alpha": 0.25}  # no attention norms, no per-block plan
+    off = {"qk": None, "v": None, "blocks": None, "mix_ln_alpha": 0.25, "decoder_batch_stats": False}  # the keys added since
     assert norm_preset("post_rms") == {"kind": "rmsnorm", "impl": "custom", "placement": "post", "eps": 1e-5, "bias": True, **off}
