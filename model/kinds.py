@@ -2,12 +2,14 @@
 run's config validates before torch loads (``training.schema``). ``model/norms.py`` builds each pair
 (its ``_REGISTRY`` has one row per pair of ``NORM_PAIRS``)."""
 
-NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none")
+NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none", "powernorm")
 # Kinds only the attention norm sites build (over d_head, ``ATTENTION_NORM_KINDS``): never a
 # ``norm.kind``, since an l2-normalized residual stream has norm 1, not the RMS 1 the rest expects.
 ATTENTION_ONLY_KINDS = ("l2",)
 # Norm kinds offered at the attention norm sites (``norm.qk``, ``norm.v``), over d_head.
 ATTENTION_NORM_KINDS = ("none", "layernorm", "rmsnorm", "l2")
+# Kinds whose statistics read the batch (``model.norms.BatchReadingNorm``): custom only.
+BATCH_READING_KINDS = ("powernorm",)
 NORM_IMPLS = ("custom", "native")
 NATIVE_KINDS = ("layernorm", "rmsnorm")  # the kinds torch has a module for: nn.LayerNorm, nn.RMSNorm
 NORM_PAIRS = tuple((k, i) for k in NORM_KINDS + ATTENTION_ONLY_KINDS for i in NORM_IMPLS if i == "custom" or k in NATIVE_KINDS)

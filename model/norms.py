@@ -218,8 +218,16 @@ class L2Norm(nn.Module):
         return (xf / norm).to(x.dtype)
 
 
+def _powernorm(dim: int, eps: float, bias: bool) -> nn.Module:
+    """``model.powernorm.PowerNorm`` with its official defaults; imported here, since that module imports
+    ``BatchReadingNorm`` from this one."""
+    from model.powernorm import PowerNorm
+
+    return PowerNorm(dim, eps, bias)
+
+
 # (kind, impl) -> factory(dim, eps, bias), one row per pair of ``model.kinds.NORM_PAIRS``. ``bias`` only
-# matters for kinds that have a shift (layernorm, dyt, dyisru); the others have none to drop.
+# matters for kinds that have a shift (layernorm, dyt, dyisru, powernorm); the others have none to drop.
 _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("layernorm", "custom"): lambda dim, eps, bias: LayerNorm(dim, eps, bias),
     ("layernorm", "native"): lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
@@ -230,6 +238,7 @@ _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("dyisru", "custom"): lambda dim, eps, bias: DyISRU(dim, bias),
     ("none", "custom"): lambda dim, eps, bias: nn.Identity(),
     ("l2", "custom"): lambda dim, eps, bias: L2Norm(eps),
+    ("powernorm", "custom"): _powernorm,
 }
 
 

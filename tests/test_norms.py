@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from model.config import NormSpec
-from model.kinds import NORM_PAIRS
+from model.kinds import BATCH_READING_KINDS, NORM_PAIRS
 from model.norms import _REGISTRY, ATTENTION_ONLY_KINDS, NORM_KINDS, build_norm
 from model.placements import PLACEMENTS
 
@@ -142,7 +142,7 @@ def test_none_is_identity():
     assert torch.equal(build_norm("none", 8)(x), x)
 
 
-@pytest.mark.parametrize("kind", NORM_KINDS)
+@pytest.mark.parametrize("kind", [k for k in NORM_KINDS if k not in BATCH_READING_KINDS])  # those: tests/test_powernorm.py
 def test_rows_are_independent(kind):
     norm = build_norm(kind, 32)
     x = torch.randn(5, 32)
@@ -175,7 +175,8 @@ def test_low_precision_large_inputs_stay_finite_and_match_fp32(kind, impl, dtype
 
 # The pairs a norm.kind may take: the attention-only l2/custom is not among them.
 RESIDUAL_PAIRS = (
-    "layernorm/custom, layernorm/native, rmsnorm/custom, rmsnorm/native, scalenorm/custom, dyt/custom, dyisru/custom, none/custom"
+    "layernorm/custom, layernorm/native, rmsnorm/custom, rmsnorm/native, scalenorm/custom, dyt/custom, dyisru/custom, "
+    "none/custom, powernorm/custom"
 )
 
 
@@ -206,8 +207,8 @@ def test_float64_is_computed_in_float64(kind):
 @pytest.mark.parametrize(
     ("kind", "impl", "message"),
     [
-        ("batchnorm", "custom", "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none$"),
-        ("l2", "custom", "unknown norm.kind 'l2'; valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none$"),
+        ("batchnorm", "custom", "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, powernorm$"),
+        ("l2", "custom", "unknown norm.kind 'l2'; valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, powernorm$"),
         ("layernorm", "triton", "valid impls: custom, native"),
         ("scalenorm", "native", f"norm.kind='scalenorm' has no impl 'native'; valid kind/impl pairs: {RESIDUAL_PAIRS}$"),
     ],
