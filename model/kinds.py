@@ -2,7 +2,7 @@
 run's config validates before torch loads (``training.schema``). ``model/norms.py`` builds each pair
 (its ``_REGISTRY`` has one row per pair of ``NORM_PAIRS``)."""
 
-NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none", "batchnorm")
+NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none", "batchnorm", "powernorm")
 # Kinds only the attention norm sites build (over d_head, ``ATTENTION_NORM_KINDS``): never a
 # ``norm.kind``, since an l2-normalized residual stream has norm 1, not the RMS 1 the rest expects.
 ATTENTION_ONLY_KINDS = ("l2",)
@@ -12,7 +12,7 @@ NORM_IMPLS = ("custom", "native")
 NATIVE_KINDS = ("layernorm", "rmsnorm", "batchnorm")  # the kinds torch has a module for: nn.LayerNorm, nn.RMSNorm, nn.BatchNorm1d
 # Kinds whose statistics read the batch (``model.batch_reading.BatchReadingNorm``): in the decoder they see future
 # target positions in training, so a config puts them there only with ``norm.decoder_batch_stats`` (``model.config``).
-BATCH_READING_KINDS = ("batchnorm",)
+BATCH_READING_KINDS = ("batchnorm", "powernorm")
 NORM_PAIRS = tuple((k, i) for k in NORM_KINDS + ATTENTION_ONLY_KINDS for i in NORM_IMPLS if i == "custom" or k in NATIVE_KINDS)
 
 

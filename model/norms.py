@@ -4,7 +4,7 @@ Shape legend: x is (..., D) where D = ``dim`` (d_model); every norm here normali
 dimension only, so the statistics of one row never depend on another row of the batch. Norms that
 read the batch (statistics over the real tokens of all ranks) derive from :class:`BatchReadingNorm`
 (``model.batch_reading``, re-exported here), whose docstring is their contract with the model; they live
-in their own modules (``model.batchnorm``), the registry below builds them too.
+in their own modules (``model.batchnorm``, ``model.powernorm``), the registry below builds them too.
 
 Custom norms compute their statistics in float32 (float64 inputs in float64) and cast the result
 back to the input dtype: squaring bf16/fp16 activations of a few hundred overflows or loses all
@@ -26,6 +26,7 @@ from model.batch_reading import BatchReadingNorm as BatchReadingNorm
 from model.batch_reading import wide as _wide
 from model.batchnorm import BatchNorm, NativeBatchNorm
 from model.kinds import ATTENTION_ONLY_KINDS, NORM_KINDS, check_norm
+from model.powernorm import PowerNorm
 
 
 class LayerNorm(nn.Module):
@@ -173,7 +174,7 @@ class L2Norm(nn.Module):
 
 
 # (kind, impl) -> factory(dim, eps, bias), one row per pair of ``model.kinds.NORM_PAIRS``. ``bias`` only
-# matters for kinds that have a shift (layernorm, dyt, dyisru, batchnorm); the others have none to drop.
+# matters for kinds that have a shift (layernorm, dyt, dyisru, batchnorm, powernorm); the others have none to drop.
 _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("layernorm", "custom"): lambda dim, eps, bias: LayerNorm(dim, eps, bias),
     ("layernorm", "native"): lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
@@ -186,6 +187,7 @@ _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("dyisru", "custom"): lambda dim, eps, bias: DyISRU(dim, bias),
     ("none", "custom"): lambda dim, eps, bias: nn.Identity(),
     ("l2", "custom"): lambda dim, eps, bias: L2Norm(eps),
+    ("powernorm", "custom"): lambda dim, eps, bias: PowerNorm(dim, eps, bias),
 }
 
 

@@ -142,7 +142,7 @@ def test_none_is_identity():
     assert torch.equal(build_norm("none", 8)(x), x)
 
 
-@pytest.mark.parametrize("kind", [k for k in NORM_KINDS if k not in BATCH_READING_KINDS])  # batchnorm: tests/test_batchnorm.py
+@pytest.mark.parametrize("kind", [k for k in NORM_KINDS if k not in BATCH_READING_KINDS])  # those: tests/test_batchnorm.py, tests/test_powernorm.py
 def test_rows_are_independent(kind):
     norm = build_norm(kind, 32)
     x = torch.randn(5, 32)
@@ -176,7 +176,7 @@ def test_low_precision_large_inputs_stay_finite_and_match_fp32(kind, impl, dtype
 # The pairs a norm.kind may take: the attention-only l2/custom is not among them.
 RESIDUAL_PAIRS = (
     "layernorm/custom, layernorm/native, rmsnorm/custom, rmsnorm/native, scalenorm/custom, dyt/custom, dyisru/custom, "
-    "none/custom, batchnorm/custom, batchnorm/native"
+    "none/custom, batchnorm/custom, batchnorm/native, powernorm/custom"
 )
 
 
@@ -207,8 +207,8 @@ def test_float64_is_computed_in_float64(kind):
 @pytest.mark.parametrize(
     ("kind", "impl", "message"),
     [
-        ("groupnorm", "custom", "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm$"),
-        ("l2", "custom", "unknown norm.kind 'l2'; valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm$"),
+        ("groupnorm", "custom", "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm$"),
+        ("l2", "custom", "unknown norm.kind 'l2'; valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm$"),
         ("layernorm", "triton", "valid impls: custom, native"),
         ("scalenorm", "native", f"norm.kind='scalenorm' has no impl 'native'; valid kind/impl pairs: {RESIDUAL_PAIRS}$"),
     ],

@@ -10,7 +10,7 @@ import sys
 
 from tests.conftest import ROOT
 
-SCRIPTS = ("report", "report_lrs", "bench", "predict", "plot_scales", "wandb_workspace", "probe")
+SCRIPTS = ("report", "report_lrs", "bench", "predict", "plot_scales", "wandb_workspace", "probe", "powernorm_reference")
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 
 
