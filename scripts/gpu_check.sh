@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
 
 echo "== GPU tests"
-python -m pytest -q -m gpu -p no:cacheprovider
+python -m pytest -q -m gpu -n0 -p no:cacheprovider  # -n0: one process on the one GPU
 
 echo "== bench: normlab vs torch.nn.Transformer, bf16, compiled layers"
 python -m scripts.bench model --device cuda --compile --rows 256 --length 64 --rounds 20

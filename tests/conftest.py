@@ -1,6 +1,7 @@
 """Shared fixtures: Hydra configs composed from conf/ with test-sized overrides, the model config one
 describes; a schedule's learning rates."""
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,16 @@ from training.schema import ScheduleConfig, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model=tiny", "trainer=smoke", "logger=none", "telemetry.every=5"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker, give torch (and, through OMP_NUM_THREADS, the train.py processes tests start) the
+    worker's share of the cores rather than all of them, so that the workers do not oversubscribe the machine."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def make_cfg(*overrides: str) -> DictConfig:
