@@ -93,7 +93,9 @@ class Telemetry:
         Eager model: hooks on that very pass (:meth:`watch`). Compiled model: on entry, one extra
         eager forward pass over the same inputs, under ``no_grad`` and with the CPU and device RNG
         states restored after it (``torch.random.fork_rng``), carries the hooks; the training pass
-        inside then runs exactly as on a step without telemetry. It draws the training pass's
+        inside then runs exactly as on a step without telemetry. The extra pass runs in training mode
+        and would update a batch-reading norm's running statistics a second time: every buffer is
+        restored after it. It draws the training pass's
         dropout masks when compiled random ops use ATen's generator (``compile_layers`` does so).
         Either way the output logits are the training pass's, read by a hook on the model's output.
         """
@@ -104,11 +106,21 @@ class Telemetry:
         if self._compiled():
             device = batch.src.device  # fork_rng restores the CPU generator, and those of the devices listed
             forked = torch.random.fork_rng([] if device.type == "cpu" else [device], device_type=device.type)
-            with forked, torch.no_grad(), torch.compiler.set_stance("force_eager"), watching:
+            with forked, torch.no_grad(), torch.compiler.set_stance("force_eager"), watching, self._buffers_kept():
                 self.model(batch.src, batch.tgt_in)
             watching = nullcontext()
         with watching, self._output_logits(batch.tgt_pad_mask):
             yield
+
+    @contextmanager
+    def _buffers_kept(self) -> Iterator[None]:
+        """Restore every buffer of the model (BatchNorm's running statistics, ...) to its value on entry."""
+        saved = {name: b.clone() for name, b in self.model.named_buffers()}
+        try:
+            yield
+        finally:
+            for name, b in self.model.named_buffers():
+                b.copy_(saved[name])
 
     @contextmanager
     def _output_logits(self, tgt_pad_mask: torch.Tensor) -> Iterator[None]:

@@ -225,3 +225,20 @@ def test_docs_metric_names_table_is_what_each_group_records():
             assert example in stats and regex.fullmatch(example) and parse(example), (group, example)
         for key in stats:  # every name the group records has its row, and parses back
             assert any(regex.fullmatch(key) for regex, _ in patterns) and parse(key).name == key, (group, key)
+
+
+def test_the_extra_eager_pass_of_a_compiled_model_leaves_running_statistics_as_they_were(monkeypatch):
+    # A compiled model gets one more forward pass on record steps, in training mode: only the training pass
+    # may move a batch-reading norm's running statistics.
+    model = make(kind="batchnorm", decoder_batch_stats=True)
+    tele = Telemetry(model, FULL)
+    monkeypatch.setattr(tele, "_compiled", lambda: True)  # that pass, without compiling
+    src, tgt_in, tgt_out = batch()
+    before = {name: b.clone() for name, b in model.named_buffers()}
+    with tele.around_forward(Batch(src, tgt_in, tgt_out, list(range(6)), int(tgt_out.ne(0).sum())), record=True):
+        pass  # the training pass runs here
+    assert "encoder.0.self_attn.norm_in.running_mean" in before
+    assert all(torch.equal(b, before[name]) for name, b in model.named_buffers())
+    model(src, tgt_in)  # the control: a training-mode pass does move them
+    assert not torch.equal(dict(model.named_buffers())["encoder.0.self_attn.norm_in.running_mean"],
+                           before["encoder.0.self_attn.norm_in.running_mean"])  # fmt: skip
