@@ -83,38 +83,16 @@ def make_inputs(dtype, B, L, D, lengths, seed):
     return iters, eval_x, weight, bias
 
 
-def run_official(module, dtype, overrides, D, iters, eval_x, weight, bias):
-    """The official module's results per iteration, and its eval output, in normlab's (B, L, D) layout."""
-    norm = module.MaskPowerNorm(D, **overrides).to(dtype)
-    with torch.no_grad():
-        norm.weight.copy_(weight)
-        norm.bias.copy_(bias)
-    norm.train()
-    steps = []
-    for it in iters:
-        x = it["x"].transpose(0, 1).clone().requires_grad_(True)  # (T, B, C)
-        pad_mask = None if bool(it["keep"].all()) else ~it["keep"]
-        norm.weight.grad = norm.bias.grad = None
-        y = norm(x, pad_mask=pad_mask)
-        y.backward(it["grad_out"].transpose(0, 1))
-        steps.append({
-            "y": y.detach().transpose(0, 1).clone(),
-            "grad_x": x.grad.transpose(0, 1).clone(),
-            "grad_weight": norm.weight.grad.clone(),
-            "grad_bias": norm.bias.grad.clone(),
-            "running_phi": norm.running_phi.reshape(-1).clone(),
-            "ema_gz": norm.ema_gz.reshape(-1).clone(),
-            "iters": int(norm.iters.item()),
-        })  # fmt: skip
-    norm.eval()
-    with torch.no_grad():
-        eval_y = norm(eval_x.transpose(0, 1)).transpose(0, 1).clone()
-    return steps, eval_y
+def official_call(norm, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The official ``MaskPowerNorm`` on normlab's (B, L, D) x: it takes (T, B, C) and a padding mask (True at
+    pads, None when there are none)."""
+    pad_mask = None if bool(keep.all()) else ~keep
+    return norm(x.transpose(0, 1), pad_mask=pad_mask).transpose(0, 1)
 
 
-def run_normlab(dtype, overrides, D, iters, eval_x, weight, bias):
-    """normlab's PowerNorm on the same inputs: the same structure as :func:`run_official`."""
-    norm = PowerNorm(D, **overrides).to(dtype)
+def run(norm, call, iters, eval_x, weight, bias):
+    """``norm`` with ``weight`` and ``bias``, trained on ``iters`` then run in eval on ``eval_x``, through
+    ``call(norm, x, keep)`` ((B, L, D) in and out): its results per iteration, and its eval output."""
     with torch.no_grad():
         norm.weight.copy_(weight)
         norm.bias.copy_(bias)
@@ -123,15 +101,16 @@ def run_normlab(dtype, overrides, D, iters, eval_x, weight, bias):
     for it in iters:
         x = it["x"].clone().requires_grad_(True)
         norm.weight.grad = norm.bias.grad = None
-        y = norm(x, it["keep"])
+        y = call(norm, x, it["keep"])
         y.backward(it["grad_out"])
         steps.append({
-            "y": y.detach(), "grad_x": x.grad, "grad_weight": norm.weight.grad, "grad_bias": norm.bias.grad,
-            "running_phi": norm.running_phi.clone(), "ema_gz": norm.ema_gz.clone(), "iters": int(norm.iters.item()),
+            "y": y.detach().clone(), "grad_x": x.grad.clone(), "grad_weight": norm.weight.grad.clone(),
+            "grad_bias": norm.bias.grad.clone(), "running_phi": norm.running_phi.reshape(-1).clone(),
+            "ema_gz": norm.ema_gz.reshape(-1).clone(), "iters": int(norm.iters.item()),
         })  # fmt: skip
     norm.eval()
     with torch.no_grad():
-        eval_y = norm(eval_x, torch.ones(eval_x.shape[:2], dtype=torch.bool))
+        eval_y = call(norm, eval_x, torch.ones(eval_x.shape[:2], dtype=torch.bool)).clone()
     return steps, eval_y
 
 
@@ -146,8 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"official: {result['source']}\ndefaults: {result['defaults']}")
     for i, (name, (dtype, overrides, B, L, D, lengths)) in enumerate(CASES.items()):
         iters, eval_x, weight, bias = make_inputs(dtype, B, L, D, lengths, seed=i)
-        steps, eval_y = run_official(module, dtype, overrides, D, iters, eval_x, weight, bias)
-        ours, our_eval = run_normlab(dtype, overrides, D, iters, eval_x, weight, bias)
+        official = module.MaskPowerNorm(D, **overrides).to(dtype)
+        steps, eval_y = run(official, official_call, iters, eval_x, weight, bias)
+        ours, our_eval = run(PowerNorm(D, **overrides).to(dtype), PowerNorm.__call__, iters, eval_x, weight, bias)
         result["cases"][name] = {"dtype": dtype, "overrides": overrides, "inputs": iters, "eval_x": eval_x,
                                  "weight": weight, "bias": bias, "steps": steps, "eval_y": eval_y}  # fmt: skip
         print(f"{name}: max |normlab - official| over {len(steps)} training iterations")
