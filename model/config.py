@@ -38,12 +38,18 @@ class NormSpec:
         v: the same on the values; None: off.
         mix_ln_alpha: the share of each stack's blocks Mix-LN makes post-LN (placement ``mix_ln``:
             the first floor(alpha * L) blocks), in [0, 1]; unused by other placements.
+        powernorm_warmup: kind ``powernorm``: the training iterations that normalize by the batch's own statistic
+            before the running one takes over (``MaskPowerNorm``'s ``warmup_iters``), >= 0; the dataclass default
+            is the official class default (10000), the config's (conf/norm_base.yaml) fairseq's choice, the LR warmup.
+        powernorm_groups: kind ``powernorm``: the groups of its per-token group scaling (``group_num``), >= 1,
+            dividing the normalized width; the dataclass default is the official class default (1), the config's
+            fairseq's choice, the attention heads.
 
     Raises:
         ValueError: unknown kind, impl, placement or attention norm kind, or an impossible
             combination (native scalenorm or l2, dyt or dyisru after the residual addition,
             HybridNorm without q/k/v norms): the message lists the valid ones; eps not a number
-            > 0; mix_ln_alpha outside [0, 1].
+            > 0; mix_ln_alpha outside [0, 1]; powernorm_warmup not an integer >= 0, powernorm_groups not one >= 1.
     """
 
     kind: str = "layernorm"
@@ -54,6 +60,8 @@ class NormSpec:
     qk: str | None = None
     v: str | None = None
     mix_ln_alpha: float = 0.25
+    powernorm_warmup: int = 10000
+    powernorm_groups: int = 1
 
     def __post_init__(self) -> None:
         check_norm(self.kind, self.impl)
@@ -72,6 +80,10 @@ class NormSpec:
         alpha = self.mix_ln_alpha
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1:
             raise ValueError(f"norm.mix_ln_alpha must be in [0, 1], got {alpha!r}")
+        for key, least in (("powernorm_warmup", 0), ("powernorm_groups", 1)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"norm.{key} must be an integer >= {least}, got {value!r}")
 
     def build(self, dim: int, kind: str | None = None) -> "nn.Module":
         """This spec's norm over a last dimension of size ``dim``, or the attention-site norm ``kind``
@@ -79,7 +91,8 @@ class NormSpec:
         ``model.norms.build_norm``."""
         from model.norms import build_norm  # torch: this module imports without it
 
-        return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias, attention=kind is not None)
+        return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias, attention=kind is not None,
+                          powernorm_warmup=self.powernorm_warmup, powernorm_groups=self.powernorm_groups)  # fmt: skip
 
 
 _SPEC_KEYS = tuple(f.name for f in fields(NormSpec))
@@ -92,7 +105,8 @@ class BlockNorm:
     Attributes:
         stack: ``enc`` or ``dec``; None: both.
         layers: 0-based layer indices in the stack; None: every layer.
-        kind, impl, placement, eps, bias, qk, v, mix_ln_alpha: as in :class:`NormSpec`; None keeps the value
+        kind, impl, placement, eps, bias, qk, v, mix_ln_alpha, powernorm_warmup, powernorm_groups: as in
+            :class:`NormSpec`; None keeps the value
             set by the ``norm.*`` keys (to turn an attention norm off, give ``none``).
     """
 
@@ -106,6 +120,8 @@ class BlockNorm:
     qk: str | None = None
     v: str | None = None
     mix_ln_alpha: float | None = None
+    powernorm_warmup: int | None = None
+    powernorm_groups: int | None = None
 
     def covers(self, stack: str, index: int) -> bool:
         """Whether this entry applies to layer ``index`` of ``stack``."""
@@ -263,6 +279,7 @@ class ModelConfig:
             raise ValueError(f"unknown model.positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
         self._check_block_layers()
         self._check_decoder_batch_stats()
+        self._check_powernorm_groups()
 
     def _check_block_layers(self) -> None:
         n_layers = {"enc": ("n_enc_layers", self.n_enc_layers), "dec": ("n_dec_layers", self.n_dec_layers)}
@@ -285,6 +302,16 @@ class ModelConfig:
                 raise ValueError(f"norm.kind={kind} in decoder block {i} reads future target positions in training (a causality "
                                  f"leak): keep the decoder token-wise, e.g. 'norm.blocks=[{{stack: dec, kind: layernorm}}]', "
                                  f"or allow it with norm.decoder_batch_stats=true")  # fmt: skip
+
+    def _check_powernorm_groups(self) -> None:
+        # PowerNorm's group scaling splits d_model into equal groups (the official reshape fails otherwise).
+        for stack, n in (("enc", self.n_enc_layers), ("dec", self.n_dec_layers)):
+            for i in range(n):
+                spec = self.block_norm(stack, i)
+                if spec.kind == "powernorm" and self.d_model % spec.powernorm_groups:
+                    valid = [g for g in range(1, self.d_model + 1) if self.d_model % g == 0]
+                    raise ValueError(f"norm.powernorm_groups={spec.powernorm_groups} does not divide model.d_model="
+                                     f"{self.d_model} ({stack} block {i}); valid groups: {valid}")  # fmt: skip
 
     def block_norm(self, stack: str, index: int) -> NormSpec:
         """The resolved norm of layer ``index`` (0-based) of ``stack``: ``norm.spec`` at this stack's depth."""

@@ -175,7 +175,7 @@ class L2Norm(nn.Module):
 
 # (kind, impl) -> factory(dim, eps, bias), one row per pair of ``model.kinds.NORM_PAIRS``. ``bias`` only
 # matters for kinds that have a shift (layernorm, dyt, dyisru, batchnorm, powernorm); the others have none to drop.
-_REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
+_REGISTRY: dict[tuple[str, str], Callable[..., nn.Module]] = {
     ("layernorm", "custom"): lambda dim, eps, bias: LayerNorm(dim, eps, bias),
     ("layernorm", "native"): lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
     ("rmsnorm", "custom"): lambda dim, eps, bias: RMSNorm(dim, eps),
@@ -187,12 +187,20 @@ _REGISTRY: dict[tuple[str, str], Callable[[int, float, bool], nn.Module]] = {
     ("dyisru", "custom"): lambda dim, eps, bias: DyISRU(dim, bias),
     ("none", "custom"): lambda dim, eps, bias: nn.Identity(),
     ("l2", "custom"): lambda dim, eps, bias: L2Norm(eps),
-    ("powernorm", "custom"): lambda dim, eps, bias: PowerNorm(dim, eps, bias),
+    ("powernorm", "custom"): PowerNorm,  # (dim, eps, bias, warmup_iters=, group_num=): build_norm passes both
 }
 
 
 def build_norm(
-    kind: str, dim: int, *, impl: str = "custom", eps: float = 1e-5, bias: bool = True, attention: bool = False
+    kind: str,
+    dim: int,
+    *,
+    impl: str = "custom",
+    eps: float = 1e-5,
+    bias: bool = True,
+    attention: bool = False,
+    powernorm_warmup: int = 10000,
+    powernorm_groups: int = 1,
 ) -> nn.Module:
     """Build the norm ``kind`` over the last dimension of size ``dim``.
 
@@ -206,10 +214,15 @@ def build_norm(
         bias: give layernorm, dyt, dyisru and batchnorm a learned shift; ignored by kinds without one.
         attention: the norm sits at an attention site (q, k or v over d_head), where the
             attention-only kinds are valid too.
+        powernorm_warmup, powernorm_groups: ``powernorm``'s ``warmup_iters`` and ``group_num``
+            (``model.powernorm.PowerNorm``; defaults: the official class defaults); other kinds ignore them.
 
     Raises:
         ValueError: unknown kind or impl, or a kind without that impl (the message lists the
-            valid ones).
+            valid ones); ``dim`` not divisible by ``powernorm_groups`` (kind powernorm).
     """
     check_norm(kind, impl, kinds=NORM_KINDS + ATTENTION_ONLY_KINDS if attention else NORM_KINDS)
-    return _REGISTRY[(kind, impl)](dim, eps, bias)
+    factory = _REGISTRY[(kind, impl)]
+    if kind == "powernorm":  # the one kind with settings beyond (dim, eps, bias)
+        return factory(dim, eps, bias, warmup_iters=powernorm_warmup, group_num=powernorm_groups)
+    return factory(dim, eps, bias)

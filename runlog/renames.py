@@ -21,6 +21,8 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "optim.z_loss": 0.0,  # no z-loss
     "data.cache_dir": None,  # CMUdict parsed and encoded in every process (translation presets always had it)
     "norm.decoder_batch_stats": False,  # no batch-reading kind existed, so none sat in the decoder
+    "norm.powernorm_warmup": 10000,  # PowerNorm's official class defaults, which norm.kind=powernorm built before
+    "norm.powernorm_groups": 1,
 }
 
 

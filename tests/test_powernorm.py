@@ -18,7 +18,9 @@ from model.kinds import BATCH_READING_KINDS, NORM_KINDS
 from model.norms import BatchReadingNorm, LayerNorm, build_norm
 from model.powernorm import GROUP_SCALING_EPS, PowerNorm, group_scale
 from model.transformer import EncoderDecoder
+from runlog.renames import with_current_names
 from tests.conftest import ROOT, make_cfg, model_config
+from training.schema import validate
 
 EXPECTED = torch.load(ROOT / "tests" / "expected" / "powernorm_official.pt")
 TOLERANCE = {torch.float64: {"atol": 1e-12, "rtol": 0.0}, torch.float32: {"atol": 1e-6, "rtol": 1e-6}}
@@ -222,3 +224,22 @@ def test_the_pre_pn_preset_is_powernorm_in_the_encoder_and_layernorm_in_the_whol
     assert len(enc) == 2 * cfg.n_enc_layers + 1 and all(isinstance(m, PowerNorm) for m in enc)
     assert len(dec) == 3 * cfg.n_dec_layers + 1 and all(type(m) is LayerNorm for m in dec)
     assert all(cfg.block_norm("dec", i).kind == "layernorm" for i in range(cfg.n_dec_layers))
+
+
+def test_the_config_passes_fairseqs_warmup_and_groups():
+    # fairseq's NormSelect (norm_select.py line 19) passes --warmup-updates and the attention heads; so does the config.
+    def powernorms(*overrides):
+        model = EncoderDecoder(validate(make_cfg("norm=pre_pn", *overrides)).model)
+        return [m for m in model.modules() if isinstance(m, PowerNorm)]
+
+    built = powernorms("schedule.warmup_steps=7", "model.n_heads=4")
+    assert built and {(m.warmup_iters, m.group_num) for m in built} == {(7, 4)}
+    assert {(m.warmup_iters, m.group_num) for m in powernorms("norm.powernorm_warmup=0", "norm.powernorm_groups=1")} == {(0, 1)}
+    for bad, message in (("norm.powernorm_groups=3", r"norm.powernorm_groups=3 does not divide model.d_model=32 \(enc block 0\); "
+                                                     r"valid groups: \[1, 2, 4, 8, 16, 32\]"),
+                         ("norm.powernorm_warmup=-1", "norm.powernorm_warmup must be an integer >= 0, got -1")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            validate(make_cfg("norm=pre_pn", bad))
+    # A config saved before the keys existed reads as the class defaults, which is what it built.
+    old = with_current_names({"norm": {"kind": "powernorm"}})["norm"]
+    assert (old["powernorm_warmup"], old["powernorm_groups"]) == (10000, 1)
