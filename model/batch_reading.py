@@ -6,6 +6,9 @@ registry builds it, both import it without importing each other; ``model.norms``
 ``BatchReadingNorm``.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -60,3 +63,35 @@ class BatchReadingNorm(nn.Module):
             NotImplementedError: always; a subclass defines it.
         """
         raise NotImplementedError(f"{type(self).__name__} must define forward(x, keep)")
+
+
+@contextmanager
+def buffers_kept(model: nn.Module) -> Iterator[None]:
+    """Restore every buffer of ``model`` (BatchNorm's running statistics, PowerNorm's ``iters``, ...) to its value
+    on entry, so that the training-mode forward passes inside update nothing that outlives them."""
+    saved = {name: b.clone() for name, b in model.named_buffers()}
+    try:
+        yield
+    finally:
+        for name, b in model.named_buffers():
+            b.copy_(saved[name])
+
+
+@contextmanager
+def batch_statistics(model: nn.Module) -> Iterator[None]:
+    """Within the context, every :class:`BatchReadingNorm` of ``model`` normalizes with the statistics of the batch
+    it is given (its training mode) while the rest of the model keeps its mode (call it in eval mode: no dropout),
+    and reads this process's tokens only (``group`` None: the caller may be one rank alone, as validation is).
+    Each norm's mode and group come back on exit; the buffers its forward passes update do not: wrap each pass in
+    :func:`buffers_kept`."""
+    norms = [m for m in model.modules() if isinstance(m, BatchReadingNorm)]
+    saved = [(m.training, m.group) for m in norms]
+    try:
+        for m in norms:
+            m.train()
+            m.group = None
+        yield
+    finally:
+        for m, (training, group) in zip(norms, saved, strict=True):
+            m.train(training)
+            m.group = group

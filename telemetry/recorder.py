@@ -27,6 +27,7 @@ from typing import Protocol
 
 import torch
 
+from model.batch_reading import buffers_kept
 from model.transformer import EncoderDecoder
 from telemetry.activations import ActivationStats
 from telemetry.attention import AttentionStats
@@ -106,21 +107,11 @@ class Telemetry:
         if self._compiled():
             device = batch.src.device  # fork_rng restores the CPU generator, and those of the devices listed
             forked = torch.random.fork_rng([] if device.type == "cpu" else [device], device_type=device.type)
-            with forked, torch.no_grad(), torch.compiler.set_stance("force_eager"), watching, self._buffers_kept():
+            with forked, torch.no_grad(), torch.compiler.set_stance("force_eager"), watching, buffers_kept(self.model):
                 self.model(batch.src, batch.tgt_in)
             watching = nullcontext()
         with watching, self._output_logits(batch.tgt_pad_mask):
             yield
-
-    @contextmanager
-    def _buffers_kept(self) -> Iterator[None]:
-        """Restore every buffer of the model (BatchNorm's running statistics, ...) to its value on entry."""
-        saved = {name: b.clone() for name, b in self.model.named_buffers()}
-        try:
-            yield
-        finally:
-            for name, b in self.model.named_buffers():
-                b.copy_(saved[name])
 
     @contextmanager
     def _output_logits(self, tgt_pad_mask: torch.Tensor) -> Iterator[None]:

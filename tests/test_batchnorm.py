@@ -2,15 +2,20 @@
 ``nn.BatchNorm1d``'s constants, statistics read real tokens only, two gloo ranks equal one process on the
 concatenated batch, the decoder policy, presets, exact resume with the running buffers, telemetry."""
 
+import json
+import math
 from contextlib import nullcontext
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+import torch.nn.functional as F
 from torch import nn
 
 import train as train_module
+from data.batching import Seq2SeqData, collate, make_batches
+from data.tokenizer import PAD_ID
 from model.batchnorm import MOMENTUM, BatchNorm, NativeBatchNorm
 from model.beam_search import beam_search
 from model.config import ModelConfig, NormConfig
@@ -20,6 +25,7 @@ from tests.conftest import make_cfg, model_config
 from tests.test_batch_reading_norms import PAD, V, _noisy_padding, batch
 from tests.test_resume import EXACT, losses, stop_by_sigterm
 from training.checkpoint import load_checkpoint
+from training.evaluate import evaluate_loss
 from training.step import StepOptions, token_losses
 
 D = 16
@@ -323,3 +329,34 @@ def test_a_telemetry_full_run_with_pre_bn_records_the_batchnorm_sites(tmp_path):
     for site in ("act/enc.0.self_attn.norm_in/rms", "act/enc.final_norm/rms", "act/dec.0.ffn.norm_in/rms"):
         assert f'"{site}"' in rows, site
     assert 0 <= metrics["test/wer"] <= 1
+    # Every validation row of a model with a batch-reading norm has the loss with batch statistics too.
+    val = [json.loads(r) for r in rows.splitlines() if '"val/loss"' in r]
+    assert len(val) >= 2 and all(math.isfinite(r["val/loss_batch_stats"]) for r in val if r["step"] > 0)
+
+
+def test_val_loss_with_batch_statistics_is_the_train_eval_gap_and_changes_nothing():
+    model = bn_model()  # BatchNorm in both stacks; PAD_ID is the data's pad id
+    assert PAD == PAD_ID
+    data = Seq2SeqData([[5, 6, 7], [8, 9], [5, 9, 9, 6]] * 4, [[4, 5], [6, 7, 8], [9]] * 4)
+    first = collate(data, list(range(len(data))))
+    model(first.src, first.tgt_in)  # training mode: the running statistics move away from their init
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    running = evaluate_loss(model, data, 64, torch.device("cpu"))
+    batch = evaluate_loss(model, data, 64, torch.device("cpu"), batch_stats=True)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())  # buffers restored
+    assert model.training and all(m.training for m in model.modules())
+    # By hand: each batch through the model with only the BatchNorms in training mode, buffers reset after each.
+    model.eval()
+    for m in model.modules():
+        if isinstance(m, BatchNorm):
+            m.train()
+    total = count = 0
+    for index in make_batches(data, 64):
+        b = collate(data, index)
+        with torch.no_grad():
+            logits = model(b.src, b.tgt_in)
+        total += F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum").item()
+        count += b.n_tgt_tokens
+        model.load_state_dict(state)
+    assert batch == pytest.approx(total / count, rel=1e-6)
+    assert abs(batch - running) > 1e-3  # batch statistics differ from the running ones: a gap to measure

@@ -49,6 +49,7 @@ def test_run_dir_holds_named_metrics_config_checkpoint_and_vocab(tmp_path):
     expected |= {f"act/{s}.{i}.out/rms" for s in ("enc", "dec") for i in range(2)}
     expected |= {f"grad/{s}.{i}/norm" for s in ("enc", "dec") for i in range(2)}
     assert expected <= keys
+    assert "val/loss_batch_stats" not in keys  # no batch-reading norm: no second validation loss
     assert all("step" in r for r in rows)
     act = [r["act/enc.1.out/rms"] for r in rows if "act/enc.1.out/rms" in r]
     assert len(act) == 5 and all(a > 0 for a in act)  # steps 1 (init), 5, 10, 15, 20 with telemetry.every=5

@@ -3,12 +3,14 @@
 """
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 
 from data.batching import Seq2SeqData, collate, make_batches
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from model.batch_reading import batch_statistics, buffers_kept
 from model.beam_search import beam_search
 from model.transformer import EncoderDecoder
 from training.schema import DecodeConfig
@@ -22,16 +24,27 @@ def even_stride(n: int, max_items: int | None) -> list[int]:
 
 
 @torch.no_grad()
-def evaluate_loss(model: EncoderDecoder, data: Seq2SeqData, max_tokens: int, device: torch.device) -> float:
-    """Mean cross-entropy per target token (nats, no label smoothing) over ``data``."""
+def evaluate_loss(
+    model: EncoderDecoder, data: Seq2SeqData, max_tokens: int, device: torch.device, *, batch_stats: bool = False
+) -> float:
+    """Mean cross-entropy per target token (nats, no label smoothing) over ``data``, batched as training batches
+    (``make_batches`` under ``max_tokens``), the model in eval mode.
+
+    With ``batch_stats``, the batch-reading norms (BatchNorm, PowerNorm) normalize each batch by its own statistics,
+    as in training, instead of their running ones (``model.batch_reading.batch_statistics``; dropout stays off, so
+    the difference from the plain loss is the statistics' alone: the train/eval gap of ``val/loss_batch_stats``).
+    Their buffers are restored after every batch, so each batch sees the ones training left.
+    """
     was_training = model.training
     model.eval()
     total, count = torch.zeros((), device=device), 0
-    for index in make_batches(data, max_tokens):
-        batch = collate(data, index).to(device)
-        logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum")
-        count += batch.n_tgt_tokens
+    with batch_statistics(model) if batch_stats else nullcontext():
+        for index in make_batches(data, max_tokens):
+            batch = collate(data, index).to(device)
+            with buffers_kept(model) if batch_stats else nullcontext():
+                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            total += F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum")
+            count += batch.n_tgt_tokens
     model.train(was_training)
     return total.item() / count
 

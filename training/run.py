@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from data.batching import check_budget
 from data.tokenizer import PAD_ID
+from model.batch_reading import BatchReadingNorm
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
 from runlog.status import write_status
@@ -167,13 +168,20 @@ def wandb_run(cfg: RunConfig, run_dir: Path) -> dict | None:
 
 def validate_run(run: Run) -> str:
     """Validation loss and the task's decoding metrics (PER/WER or BLEU/chrF) on ``valid``, logged
-    at ``run.step``; rank 0 only. Returns them as one line to print."""
+    at ``run.step``; rank 0 only. A model with a batch-reading norm also logs ``val/loss_batch_stats``, the loss
+    with each batch's own statistics (``evaluate_loss``): minus ``val/loss``, the train/eval gap of those norms.
+    Returns them as one line to print."""
     tc = run.cfg.trainer
     scores = run.task.evaluate(run.model, "valid", tc.eval_max_examples, run.device)
     val = {"val/loss": evaluate_loss(run.model, run.task.data["valid"], tc.max_tokens, run.device)}
+    if any(isinstance(m, BatchReadingNorm) for m in run.model.modules()):
+        val["val/loss_batch_stats"] = evaluate_loss(
+            run.model, run.task.data["valid"], tc.max_tokens, run.device, batch_stats=True
+        )
     val.update({f"val/{k}": v for k, v in scores.items()})
     run.logger.log(run.step, val)
-    return f"val loss {val['val/loss']:.3f}, {run.task.describe(scores)}"
+    batch_stats = f" ({val['val/loss_batch_stats']:.3f} with batch statistics)" if "val/loss_batch_stats" in val else ""
+    return f"val loss {val['val/loss']:.3f}{batch_stats}, {run.task.describe(scores)}"
 
 
 def log_init_loss(run: Run) -> None:
