@@ -137,13 +137,19 @@ class Metric:
             _check(f"stat at {self.site}", self.stat, SCALE_SITE_STATS[self.site])
 
     @property
+    def where(self) -> str | None:
+        """``{stack}[.{layer}][.{site}]``, the middle of :attr:`name` (``dec.1.cross_attn.k_norm``,
+        ``enc.final_norm``); None for a stack-less family."""
+        if self.stack is None:
+            return None
+        parts = [self.stack, *([] if self.layer is None else [str(self.layer)]), *([] if self.site is None else [self.site])]
+        return ".".join(parts)
+
+    @property
     def name(self) -> str:
         """``{family}/{stack}[.{layer}][.{site}]/{stat}``, e.g. ``act/dec.1.cross_attn.k_norm/rms``;
         ``{family}/{stat}`` for a stack-less family, e.g. ``out/logz``."""
-        if self.stack is None:
-            return f"{self.family}/{self.stat}"
-        parts = [self.stack, *([] if self.layer is None else [str(self.layer)]), *([] if self.site is None else [self.site])]
-        return f"{self.family}/{'.'.join(parts)}/{self.stat}"
+        return f"{self.family}/{self.stat}" if self.where is None else f"{self.family}/{self.where}/{self.stat}"
 
     @property
     def block(self) -> str | None:
@@ -200,6 +206,13 @@ def act_stats(site: str) -> tuple[str, ...]:
 def act(stack: str, layer: int | None, site: str, stat: str) -> Metric:
     """``act/{stack}.{layer}.{site}/{stat}``, or ``act/{stack}.{site}/{stat}`` for a stack site (layer None)."""
     return Metric("act", stack, layer, site, stat)
+
+
+def site_name(stack: str, layer: int | None, site: str) -> str:
+    """``{stack}.{layer}.{site}``, or ``{stack}.{site}`` for a stack site (layer None): the site part of every
+    ``act`` metric there (``enc.0.ffn.norm_in``, ``dec.final_norm``), for results kept per site outside telemetry
+    (``training.probes.batch_dependence``). Raises ValueError as :func:`act` does."""
+    return act(stack, layer, site, "rms").where
 
 
 def grad_norm(stack: str, layer: int) -> Metric:

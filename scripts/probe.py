@@ -1,4 +1,5 @@
-"""Probe a run's blocks: layer-drop Δloss, angular distance between residual streams, output change at init.
+"""Probe a run's blocks: layer-drop Δloss, angular distance between residual streams, output change at init,
+batch dependence of each norm.
 
     python -m scripts.probe RUN_DIR [--max-examples 500] [--placements post pre admin deepnorm] [--depths 1 2 4 6]
 
@@ -9,11 +10,13 @@ validation split (``training.tasks.build_task``, vocabularies from the checkpoin
 
 - ``probe.json``: ``loss`` (the full model's validation loss), ``examples``, ``layer_drop`` ({enc, dec}:
   Δloss per block), ``angular_distance`` ({enc, dec}: (L+1) x (L+1)), ``output_change``
-  ({placement: {depth: value}}), ``delta``; a non-finite value is null;
+  ({placement: {depth: value}}), ``delta``, ``batch_dependence`` ({site: value}); a non-finite value is null;
 - ``layer_drop.png``, ``angular_distance.png``, ``output_change.png``.
 
 The output change is measured on models built at init with the run's sizes and norm kind, for each
-placement and depth; the run's own placement is always among them. ``python -m scripts.report``
+placement and depth; the run's own placement is always among them. The batch dependence is measured on the
+run's model with two batches of at most 64 probed pairs each (pairs 0..m-1 and m..2m-1), so it needs 4 pairs or
+more. ``python -m scripts.report``
 shows the PNGs of every run that has them. Definitions and sources: docs/telemetry.md, "Probes".
 """
 
@@ -40,12 +43,12 @@ from model.placements import PLACEMENTS
 from runlog.metric_names import STACKS
 from training.checkpoint import load_checkpoint, model_from
 from training.evaluate import even_stride
-from training.probes import first_batch, init_output_change, layer_drop, stream_distances
+from training.probes import batch_dependence, first_batch, init_output_change, layer_drop, stream_distances, two_batches
 from training.schema import validate
 from training.tasks import build_task
 
 DEFAULT_PLACEMENTS = ("post", "pre", "admin", "deepnorm")  # Admin's comparison, and DeepNet's
-CHANGE_EXAMPLES = 64  # pairs in the output-change batch: the first of the probed ones
+CHANGE_EXAMPLES = 64  # pairs in the output-change batch (the first of the probed ones) and in each batch-dependence batch
 
 
 def default_placements(norm: NormConfig) -> list[str]:
@@ -60,7 +63,7 @@ def probe(run_dir: Path, max_examples: int, placements: list[str] | None, depths
 
     Raises:
         FileNotFoundError: no ``RUN_DIR/checkpoint.pt``, or the run's data is missing.
-        ValueError: ``max_examples`` < 1, ``delta`` < 0, a depth < 1, a placement unknown or one
+        ValueError: ``max_examples`` < 1, fewer than 4 pairs probed, ``delta`` < 0, a depth < 1, a placement unknown or one
             the run's norm kind cannot take (the messages name the valid values); a saved config
             that today's schema refuses (``training.schema.validate``: one written before a key
             without a default existed).
@@ -75,13 +78,15 @@ def probe(run_dir: Path, max_examples: int, placements: list[str] | None, depths
     valid = build_task(cfg, None, ckpt).data["valid"]
     keep = even_stride(len(valid), max_examples)
     data = Seq2SeqData([valid.src[i] for i in keep], [valid.tgt[i] for i in keep])
+    halves = two_batches(data, CHANGE_EXAMPLES, device)  # too few pairs: the error comes before the slow probes
     loss, drops = layer_drop(model, data, cfg.trainer.max_tokens, device)
     angles = stream_distances(model, data, cfg.trainer.max_tokens, device)
     batch = first_batch(data, CHANGE_EXAMPLES, device)
     names = placements or default_placements(model.cfg.norm)
     change = init_output_change(model.cfg, names, depths, batch, delta, seed=cfg.seed)
+    dependence = batch_dependence(model, *halves)
     return {"loss": loss, "examples": len(data), "layer_drop": drops, "angular_distance": angles,
-            "output_change": change, "delta": delta}  # fmt: skip
+            "output_change": change, "delta": delta, "batch_dependence": dependence}  # fmt: skip
 
 
 def json_safe(value: object) -> object:

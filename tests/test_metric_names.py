@@ -35,6 +35,7 @@ from runlog.metric_names import (
     n_enc_layers_seen,
     output_logits,
     parse,
+    site_name,
     update_ratio,
     weight_spectrum,
 )
@@ -74,6 +75,10 @@ def test_names_are_the_documented_strings():
     assert learned_scale("dec", 0, "self_attn", "temperature").name == "scale/dec.0.self_attn/temperature"
     assert attn_max_logit("enc", 0, "self_attn").name == "attn/enc.0.self_attn/max_logit"
     assert output_logits("logz").name == "out/logz" and output_logits("max_logit").name == "out/max_logit"
+    assert site_name("enc", 0, "ffn.norm_in") == "enc.0.ffn.norm_in" and site_name("dec", None, "final_norm") == "dec.final_norm"
+    assert act("dec", 1, "cross_attn.k_norm", "rms").where == "dec.1.cross_attn.k_norm" and output_logits("logz").where is None
+    with pytest.raises(ValueError, match="unknown metric site 'ffn.norm_mid'"):
+        site_name("enc", 0, "ffn.norm_mid")
     assert output_logits("logz").block is None
     assert grad_norm("enc", 3).block == "enc.3" and act("enc", None, "embed", "rms").block is None
 

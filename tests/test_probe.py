@@ -12,19 +12,22 @@ import train as train_module
 from data.batching import Seq2SeqData, collate
 from data.tokenizer import PAD_ID
 from model.config import ModelConfig, NormConfig
+from model.powernorm import PowerNorm
 from model.transformer import EncoderDecoder
 from scripts import probe as probe_script
 from scripts.report import build_report
-from tests.conftest import make_cfg
+from tests.conftest import make_cfg, model_config
 from training.evaluate import evaluate_loss
 from training.probes import (
     angular_distance,
+    batch_dependence,
     first_batch,
     init_output_change,
     layer_drop,
     output_change,
     skip_block,
     stream_distances,
+    two_batches,
 )
 
 CPU = torch.device("cpu")
@@ -151,6 +154,80 @@ def test_init_output_change_over_placements_and_depths_and_bad_placements():
     assert probe_script.default_placements(tiny("b2t").cfg.norm) == ["post", "pre", "admin", "deepnorm", "b2t"]
 
 
+def preset_model(preset: str) -> EncoderDecoder:
+    """A tiny model of the ``norm=<preset>`` preset with dropout on (the probe must turn it off)."""
+    torch.manual_seed(0)
+    return EncoderDecoder(model_config(make_cfg(f"norm={preset}", "model.dropout=0.3"), 11, 13))
+
+
+def unequal_batches() -> tuple:
+    """Two batches of 3 rows whose padded lengths differ both ways (src 4 vs 5, tgt 5 vs 4)."""
+    data = pairs(6)
+    a, b = collate(data, [0, 1, 2]), collate(data, [3, 4, 5])
+    assert a.src.shape[1] < b.src.shape[1] and a.tgt_in.shape[1] > b.tgt_in.shape[1]
+    return a, b
+
+
+@pytest.mark.parametrize("preset", ["pre_ln", "pre_rms"])
+def test_batch_dependence_of_token_wise_norms_is_exactly_zero(preset):
+    model = preset_model(preset)
+    got = batch_dependence(model, *unequal_batches())
+    assert len(got) == 2 * 2 + 1 + 2 * 3 + 1  # two slots per encoder block, three per decoder block, two final norms
+    assert list(got)[:2] == ["enc.0.self_attn.norm_in", "enc.0.ffn.norm_in"] and list(got)[-1] == "dec.final_norm"
+    assert set(got.values()) == {0.0}
+
+
+def test_batch_dependence_of_pre_bn_reads_the_batch_in_the_encoder_only_and_changes_nothing():
+    model = preset_model("pre_bn").train()
+    model.decoder[1].eval()  # a mode that is not the model's: it must come back too
+    before = copy.deepcopy(model.state_dict())
+    modes = [m.training for m in model.modules()]
+    a, b = unequal_batches()
+    got = batch_dependence(model, a, b)
+    enc = {site: v for site, v in got.items() if site.startswith("enc.")}
+    assert len(enc) == 5 and min(enc.values()) > 1e-3  # BatchNorm encoder: the other rows move the statistics
+    assert {v for site, v in got.items() if site.startswith("dec.")} == {0.0}  # pre_bn's decoder is LayerNorm
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name  # running statistics and num_batches_tracked put back
+    assert [m.training for m in model.modules()] == modes
+    assert batch_dependence(model, a, b) == got  # dropout off: the same inputs each time
+    # The first site by hand: BatchNorm in training mode over the real tokens of the embeddings (dropout off).
+    norm, longer = model.encoder[0].self_attn.norm_in, b.src.shape[1] - a.src.shape[1]
+    with torch.no_grad():
+        xa, xb = model.eval().src_embed(a.src), model.src_embed(b.src)
+        x = torch.cat([torch.nn.functional.pad(xa, (0, 0, 0, longer))[:1], xb[1:]])
+        keep = torch.cat([torch.nn.functional.pad(a.src.ne(PAD_ID), (0, longer))[:1], b.src.ne(PAD_ID)[1:]])
+
+        def bn(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.batch_norm(x[keep], None, None, norm.weight, norm.bias, True, 0.0, norm.eps)
+
+        y_a, y_c = bn(xa, a.src.ne(PAD_ID))[: a.src[0].ne(PAD_ID).sum()], bn(x, keep)[: a.src[0].ne(PAD_ID).sum()]
+    want = ((y_c - y_a).norm(dim=-1) / y_a.norm(dim=-1)).mean().item()
+    assert got["enc.0.self_attn.norm_in"] == pytest.approx(want, rel=1e-5)
+
+
+def test_batch_dependence_of_powernorm_during_its_warmup_only():
+    model = preset_model("pre_pn")
+    a, b = unequal_batches()
+    during = batch_dependence(model, a, b)
+    assert min(v for site, v in during.items() if site.startswith("enc.")) > 1e-3
+    for norm in (m for m in model.modules() if isinstance(m, PowerNorm)):
+        norm.iters.fill_(norm.warmup_iters)  # the next training-mode call normalizes by the running statistic
+    assert set(batch_dependence(model, a, b).values()) == {0.0}
+
+
+def test_batch_dependence_and_two_batches_name_bad_input():
+    model, (a, b) = preset_model("pre_ln"), unequal_batches()
+    with pytest.raises(ValueError, match="kept=3 is invalid for batches of 3 rows; valid: 1..2"):
+        batch_dependence(model, a, b, kept=3)
+    with pytest.raises(ValueError, match="same number of rows, got 3 and 2"):
+        batch_dependence(model, a, collate(pairs(), [0, 1]))
+    x, y = two_batches(pairs(7), 64, CPU)
+    assert x.index == [0, 1, 2] and y.index == [3, 4, 5]
+    with pytest.raises(ValueError, match="got 3 pairs, at least 4 needed"):
+        two_batches(pairs(3), 64, CPU)
+
+
 def test_probe_script_writes_json_and_pngs_and_the_report_shows_them(tmp_path, capsys):
     train_module.train(make_cfg("trainer.max_steps=10", "telemetry.every=0"), tmp_path)
     argv = [str(tmp_path), "--max-examples", "20", "--depths", "1", "2", "--placements", "pre", "post"]
@@ -163,6 +240,7 @@ def test_probe_script_writes_json_and_pngs_and_the_report_shows_them(tmp_path, c
         assert matrix.shape == (3, 3) and torch.equal(matrix.diagonal(), torch.zeros(3))
         assert torch.allclose(matrix, matrix.T, atol=1e-6) and matrix.max() <= 1
     assert {p: list(v) for p, v in result["output_change"].items()} == {"pre": ["1", "2"], "post": ["1", "2"]}
+    assert len(result["batch_dependence"]) == 12 and set(result["batch_dependence"].values()) == {0.0}  # pre-LN
     for name in ("layer_drop", "angular_distance", "output_change"):
         assert (tmp_path / "probe" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = build_report([tmp_path], tmp_path / "report").read_text()

@@ -1,12 +1,13 @@
 """Probes of a model's blocks (``python -m scripts.probe``): layer-drop Δloss, angular distance
-between residual streams, and the output change under a small parameter perturbation at init.
+between residual streams, the output change under a small parameter perturbation at init, and how
+much each norm's output depends on the other examples of the batch.
 
 Definitions and sources: docs/telemetry.md, "Probes". Shape legend: B batch, S src length, T tgt
 length, D d_model, V tgt vocabulary, L blocks of a stack, N real tokens.
 """
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -17,8 +18,9 @@ from torch import nn
 from data.batching import Batch, Seq2SeqData, collate, make_batches
 from data.tokenizer import PAD_ID
 from model.config import ModelConfig
+from model.norms import BatchReadingNorm
 from model.transformer import EncoderDecoder
-from runlog.metric_names import STACKS
+from runlog.metric_names import NORM_SLOTS, RESIDUALS, STACKS, site_name
 from training.evaluate import evaluate_loss
 
 
@@ -169,3 +171,129 @@ def init_output_change(
 def first_batch(data: Seq2SeqData, n: int, device: torch.device) -> Batch:
     """The first ``n`` pairs of ``data`` as one padded batch on ``device``."""
     return collate(data, list(range(min(n, len(data))))).to(device)
+
+
+def two_batches(data: Seq2SeqData, n: int, device: torch.device) -> tuple[Batch, Batch]:
+    """Pairs 0..m-1 and m..2m-1 of ``data`` as two padded batches on ``device``, m = min(n, len(data) // 2).
+
+    Raises:
+        ValueError: fewer than 4 pairs (two batches of 2, the least :func:`batch_dependence` takes).
+    """
+    m = min(n, len(data) // 2)
+    if m < 2:
+        raise ValueError(f"batch dependence needs two batches of 2 pairs or more; got {len(data)} pairs, at least 4 needed")
+    return collate(data, list(range(m))).to(device), collate(data, list(range(m, 2 * m))).to(device)
+
+
+def norm_sites(model: EncoderDecoder) -> Iterator[tuple[str, str, nn.Module]]:
+    """(site, stack, norm) of every filled residual norm slot and final norm, in forward order; ``site`` is
+    the ``act`` site's name (``runlog.metric_names.site_name``: ``enc.0.self_attn.norm_in``, ``dec.final_norm``).
+    The per-head q/k/v norms are not among them: they are token-wise by construction (``ATTENTION_NORM_KINDS``)."""
+    for stack in STACKS:
+        for i, block in enumerate(blocks(model, stack)):
+            for r in (r for r in RESIDUALS if hasattr(block, r)):
+                for slot in NORM_SLOTS:
+                    norm = getattr(getattr(block, r), slot)
+                    if not isinstance(norm, nn.Identity):
+                        yield site_name(stack, i, f"{r}.{slot}"), stack, norm
+        final = model.enc_final_norm if stack == "enc" else model.dec_final_norm
+        if not isinstance(final, nn.Identity):
+            yield site_name(stack, None, "final_norm"), stack, final
+
+
+@contextmanager
+def _norms_training(model: EncoderDecoder, norms: Sequence[nn.Module]) -> Iterator[Callable[[], None]]:
+    """Within the context, ``norms`` are in training mode and every other module in eval mode (dropout off, the
+    model's only other train/eval difference); yields a function that puts every buffer back to its value on
+    entry. On exit the buffers and every module's mode are put back."""
+    modes = [(m, m.training) for m in model.modules()]
+    saved = [(b, b.clone()) for b in model.buffers()]
+
+    def restore() -> None:
+        for b, value in saved:
+            b.copy_(value)
+
+    model.eval()
+    for norm in norms:
+        norm.train()
+    try:
+        yield restore
+    finally:
+        restore()
+        for m, training in modes:
+            m.training = training
+
+
+def _pad_to(t: torch.Tensor, length: int) -> torch.Tensor:
+    """``t`` (B, L, ...) padded with zeros (False) along dim 1 to ``length`` positions."""
+    return torch.cat([t, t.new_zeros((t.shape[0], length - t.shape[1], *t.shape[2:]))], dim=1)
+
+
+@torch.no_grad()
+def batch_dependence(model: EncoderDecoder, batch_a: Batch, batch_b: Batch, kept: int = 1) -> dict[str, float]:
+    """{site: change} for every residual norm site (:func:`norm_sites`): how much the normalized output of the first
+    ``kept`` examples of ``batch_a`` changes when the other examples of the batch are those of ``batch_b``.
+
+    The model runs ``batch_a``, then ``batch_b``, with its norms in training mode (batch statistics) and every other
+    module in eval mode (no dropout); each norm's input x (B, L, D) is recorded at each site. Then, per site, the
+    norm alone normalizes x_A and the composite of x_A's rows 0..kept-1 and x_B's other rows (each with its keep
+    mask; the shorter padded to the longer length), and the change is the mean over the real tokens t of the kept
+    rows of ||y_composite,t - y_A,t|| / ||y_A,t|| (L2 over D). The mean, not the max: one number per site that is
+    the typical token's change, steady from batch to batch, while a max follows the token with the smallest
+    ||y_A,t||; both are 0 exactly where no kept token depends on the other rows. A token-wise norm (LayerNorm,
+    RMSNorm, ...) gives 0.0 exactly; a batch-reading one (BatchNorm, PowerNorm during its warmup) does not: Ba et
+    al. 2016, "Layer Normalization", arXiv 1607.06450, sec. 1 and 3 (batch normalization makes each training case's
+    output depend on the other cases of its mini-batch; layer normalization does not).
+
+    Every buffer (running statistics, PowerNorm's iteration count) is restored after each call of a norm and every
+    module's mode on exit, so the probe changes nothing in the model.
+
+    Args:
+        model: the model; batch_a, batch_b: batches with the same number of rows B (padded lengths may differ).
+        kept: the rows of ``batch_a`` kept, 1 <= kept < B.
+
+    Raises:
+        ValueError: batches of different row counts, or ``kept`` outside 1..B-1.
+    """
+    rows = batch_a.src.shape[0]
+    if batch_b.src.shape[0] != rows:
+        raise ValueError(f"batch_dependence needs batches of the same number of rows, got {rows} and {batch_b.src.shape[0]}")
+    if not 1 <= kept < rows:
+        raise ValueError(f"kept={kept} is invalid for batches of {rows} rows; valid: 1..{rows - 1}")
+    sites = list(norm_sites(model))
+    with _norms_training(model, [norm for _, _, norm in sites]) as restore:
+        xa, ka = _site_inputs(model, sites, batch_a)
+        restore()  # batch_b's pass from the same buffers (PowerNorm after its warmup normalizes by a running one)
+        xb, kb = _site_inputs(model, sites, batch_b)
+        restore()
+        out = {}
+        for site, stack, norm in sites:
+            length = max(xa[site].shape[1], xb[site].shape[1])
+            x = torch.cat([_pad_to(xa[site], length)[:kept], _pad_to(xb[site], length)[kept:]])  # (B, L, D)
+            keep = torch.cat([_pad_to(ka[stack], length)[:kept], _pad_to(kb[stack], length)[kept:]])  # (B, L)
+            y_a = _normalize(norm, xa[site], ka[stack])[:kept]
+            restore()
+            y_c = _normalize(norm, x, keep)[:kept, : xa[site].shape[1]]
+            restore()
+            real = ka[stack][:kept]
+            ref = y_a[real].double()  # (N, D)
+            out[site] = ((y_c[real].double() - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-30)).mean().item()
+    return out
+
+
+def _site_inputs(model: EncoderDecoder, sites: list, batch: Batch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """({site: the norm's input x (B, L, D)}, {stack: keep (B, L) bool, True at real tokens}) of one forward pass."""
+    inputs: dict[str, torch.Tensor] = {}
+    handles = [norm.register_forward_pre_hook(lambda _, args, s=site: inputs.__setitem__(s, args[0])) for site, _, norm in sites]
+    try:
+        model(batch.src, batch.tgt_in)
+    finally:
+        for handle in handles:
+            handle.remove()
+    pad = model.cfg.pad_id
+    return inputs, {"enc": batch.src.ne(pad), "dec": batch.tgt_in.ne(pad)}  # the masks the model passes its norms
+
+
+def _normalize(norm: nn.Module, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The norm's output for x (B, L, D), called as the model calls it (``model.residual.Residual``)."""
+    return norm(x, keep) if isinstance(norm, BatchReadingNorm) else norm(x)
