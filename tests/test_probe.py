@@ -4,6 +4,7 @@ on a tiny trained run, its figures shown by the report."""
 import copy
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -151,6 +152,14 @@ def test_init_output_change_over_placements_and_depths_and_bad_placements():
     with pytest.raises(ValueError, match="norm.kind='dyt' cannot be used with norm.placement='post'"):
         init_output_change(tiny(kind="dyt").cfg, ["post"], [1], batch, 1e-3)
     assert probe_script.default_placements(tiny(kind="dyt").cfg.norm) == ["pre"]
+    # pre_bn's plan (BatchNorm encoder, LayerNorm decoder) keeps its stack kinds: the same model with the decoder's
+    # kind in every block entry of the plan; a layer-indexed entry is dropped.
+    plan = [{"stack": "dec", "kind": "layernorm"}, {"stack": "enc", "layers": [0], "placement": "post"}]
+    bn = replace(cfg, norm=NormConfig(kind="batchnorm", blocks=plan))
+    out = init_output_change(bn, ["post"], [2], batch, 1e-3)
+    torch.manual_seed(0)
+    model = EncoderDecoder(replace(bn, norm=NormConfig(kind="batchnorm", placement="post", blocks=plan[:1])))
+    assert out["post"][2] == output_change(model, batch, 1e-3) > 0
     assert probe_script.default_placements(tiny("b2t").cfg.norm) == ["post", "pre", "admin", "deepnorm", "b2t"]
 
 
@@ -249,3 +258,11 @@ def test_probe_script_writes_json_and_pngs_and_the_report_shows_them(tmp_path, c
     assert "probe: error: no checkpoint file at" in capsys.readouterr().err
     assert probe_script.main([str(tmp_path), "--max-examples", "0"]) == 1
     assert "--max-examples=0 is invalid; it must be >= 1" in capsys.readouterr().err
+
+
+def test_probe_script_on_a_pre_bn_run_reports_the_encoders_batch_dependence(tmp_path):
+    train_module.train(make_cfg("norm=pre_bn", "trainer.max_steps=4", "telemetry.every=0"), tmp_path)
+    assert probe_script.main([str(tmp_path), "--max-examples", "20", "--depths", "1", "--placements", "pre"]) == 0
+    dependence = json.loads((tmp_path / "probe" / "probe.json").read_text())["batch_dependence"]
+    assert all((value > 1e-3) == site.startswith("enc.") for site, value in dependence.items())
+    assert {v for s, v in dependence.items() if s.startswith("dec.")} == {0.0}

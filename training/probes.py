@@ -17,7 +17,7 @@ from torch import nn
 
 from data.batching import Batch, Seq2SeqData, collate, make_batches
 from data.tokenizer import PAD_ID
-from model.config import ModelConfig
+from model.config import BlockNorm, ModelConfig
 from model.norms import BatchReadingNorm
 from model.transformer import EncoderDecoder
 from runlog.metric_names import NORM_SLOTS, RESIDUALS, STACKS, site_name
@@ -150,16 +150,19 @@ def init_output_change(
     cfg: ModelConfig, placements: Sequence[str], depths: Sequence[int], batch: Batch, delta: float, seed: int = 0
 ) -> dict[str, dict[int, float]]:
     """{placement: {depth: :func:`output_change`}} of models freshly built (seed ``seed``) from ``cfg``
-    with ``norm.placement`` set, no ``norm.blocks``, and ``depth`` blocks in each stack.
+    with ``norm.placement`` set, ``depth`` blocks in each stack, and of ``norm.blocks`` only the entries that set
+    a whole stack's kind (``pre_bn``'s LayerNorm decoder: a BatchNorm there would be a config error), their
+    other keys dropped.
 
     Raises:
         ValueError: a placement unknown, or one ``cfg.norm.kind`` cannot take (the message names
             the valid ones); a depth < 1.
     """
     device = batch.src.device
+    stack_kinds = tuple(BlockNorm(stack=b.stack, kind=b.kind) for b in cfg.norm.blocks or () if b.kind and b.layers is None)
     out: dict[str, dict[int, float]] = {}
     for placement in placements:
-        norm = replace(cfg.norm, placement=placement, blocks=None)
+        norm = replace(cfg.norm, placement=placement, blocks=stack_kinds or None)
         out[placement] = {}
         for depth in depths:
             torch.manual_seed(seed)
