@@ -26,7 +26,7 @@ TRANSLATION_KEYS = "name, source, src_lang, tgt_lang, hub, path, max_len, max_ex
 def sweep_jobs(params: dict | None) -> list[list[str]]:
     """The override lists of the jobs a sweeper's ``params`` expand to (one empty job when none)."""
     parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in (params or {}).items()])
-    choices = [[f"{o.key_or_group}={v}" for v in o.sweep_string_iterator()] for o in parsed]
+    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in parsed]  # +group kept
     return [list(job) for job in itertools.product(*choices)]
 
 
@@ -54,7 +54,7 @@ def test_every_job_of_every_experiment_sweep_composes_and_validates():
             params = compose("config", overrides=[experiment], return_hydra_config=True).hydra.sweeper.params
             composed = {}
             for job in sweep_jobs(params):
-                groups = tuple(o for o in job if (ROOT / "conf" / o.split("=")[0]).is_dir())
+                groups = tuple(o for o in job if (ROOT / "conf" / o.split("=")[0].lstrip("+")).is_dir())
                 if groups not in composed:
                     composed[groups] = compose("config", overrides=[experiment, *groups])
                 cfg = composed[groups].copy()
@@ -62,7 +62,7 @@ def test_every_job_of_every_experiment_sweep_composes_and_validates():
                     OmegaConf.update(cfg, key, value, merge=False)
                 validate(cfg)
                 jobs += 1
-    assert jobs >= 1 + 8 + 15 + 12  # iwslt_de_en (one run), impl_parity, norm_ablation, warmup_sensitivity
+    assert jobs >= 1 + 8 + 15 + 12 + 30  # iwslt_de_en (one run), impl_parity, norm_ablation, warmup_sensitivity, batch_vs_layer
 
 
 def test_setting_a_sweep_jobs_keys_on_a_composed_config_is_what_hydra_composes():
