@@ -21,6 +21,7 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "optim.z_loss": 0.0,  # no z-loss
     "data.cache_dir": None,  # CMUdict parsed and encoded in every process (translation presets always had it)
     "norm.decoder_batch_stats": False,  # no batch-reading kind existed, so none sat in the decoder
+    "model.weight_norm": False,  # plain nn.Linear weights
 }
 
 
