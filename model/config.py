@@ -231,11 +231,13 @@ class ModelConfig:
         share_embeddings: one embedding matrix for source and target (a joint vocabulary;
             requires src_vocab == tgt_vocab). Set from the data, not a Hydra key.
         norm: the normalization axes, planned per block (``block_norm(stack, index)``).
+        weight_norm: reparametrize every linear layer of the blocks as ``w = g * v / ||v||``
+            (WeightNorm, Salimans & Kingma 2016; ``model.weight_norm``), after the init; with any norm kind.
 
     Raises:
         ValueError: a size out of range, d_model not divisible by n_heads, an unknown
             positions kind, a ``norm.blocks`` layer index past its stack (the message names the
-            value and the valid range or choices); a batch-reading norm kind in a decoder block
+            value and the valid range or choices); ``weight_norm`` not a bool; a batch-reading norm kind in a decoder block
             (and so in the decoder's final norm, which takes the last block's kind) without
             ``norm.decoder_batch_stats`` (the message names both fixes).
     """
@@ -256,6 +258,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     share_embeddings: bool = False
     norm: NormConfig = field(default_factory=NormConfig)
+    weight_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
@@ -277,6 +280,8 @@ class ModelConfig:
             raise ValueError(f"share_embeddings needs one vocabulary, got src_vocab={self.src_vocab}, tgt_vocab={self.tgt_vocab}")
         if self.positions not in POSITIONS:
             raise ValueError(f"unknown model.positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
+        if not isinstance(self.weight_norm, bool):
+            raise ValueError(f"model.weight_norm must be true or false, got {self.weight_norm!r}")
         self._check_block_layers()
         self._check_decoder_batch_stats()
         self._check_powernorm_groups()

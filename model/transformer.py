@@ -16,6 +16,7 @@ from model.config import ModelConfig
 from model.layers import DecoderLayer, EncoderLayer
 from model.norms import BatchReadingNorm
 from model.placements import PLACEMENTS
+from model.weight_norm import apply_weight_norm
 
 
 def final_norm(cfg: ModelConfig, stack: str, n_layers: int) -> nn.Module:
@@ -93,6 +94,9 @@ class EncoderDecoder(nn.Module):
     ``dec_final_norm``, ``output``. With ``cfg.share_embeddings`` (one joint vocabulary) the
     source and target embeddings are one matrix, and with ``cfg.tie_embeddings`` so is the output.
 
+    With ``cfg.weight_norm`` every linear layer of the blocks is ``w = g * v / ||v||`` (``model.weight_norm``):
+    its parameters are ``parametrizations.weight.original0`` (g) and ``original1`` (v), not ``weight``.
+
     ``reads_batch``: some norm of the model reads the batch (``model.norms.BatchReadingNorm``);
     only then are the keep masks computed and passed down, and ``set_norm_group`` has work to do.
     """
@@ -116,6 +120,8 @@ class EncoderDecoder(nn.Module):
             self.src_embed.tokens.weight = self.tgt_embed.tokens.weight
         if cfg.tie_embeddings:  # Press & Wolf 2017; Vaswani et al. sec. 3.4
             self.output.weight = self.tgt_embed.tokens.weight
+        if cfg.weight_norm:  # after the init (and its placement rules), so w = g v / ||v|| starts as the init's w
+            apply_weight_norm([*self.encoder, *self.decoder])
 
     def _init_weights(self) -> None:
         # Xavier-uniform matrices and zero biases as in torch.nn.Transformer; embeddings

@@ -23,6 +23,7 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.decoder_batch_stats": False,  # no batch-reading kind existed, so none sat in the decoder
     "norm.powernorm_warmup": 10000,  # PowerNorm's official class defaults, which norm.kind=powernorm built before
     "norm.powernorm_groups": 1,
+    "model.weight_norm": False,  # plain nn.Linear weights
 }
 
 

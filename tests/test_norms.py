@@ -158,7 +158,8 @@ def test_the_registry_builds_exactly_the_pairs_the_config_accepts():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
-    ("kind", "impl"), [(k, "custom") for k in ("layernorm", "rmsnorm", "scalenorm", "dyisru", "l2")] + [("layernorm", "native")]
+    ("kind", "impl"),
+    [(k, "custom") for k in ("layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyisru", "l2")] + [("layernorm", "native")],
 )
 def test_low_precision_large_inputs_stay_finite_and_match_fp32(kind, impl, dtype):
     # x^2 of std-300 activations overflows fp16 (max 65504); stats must be taken in fp32.
@@ -177,11 +178,11 @@ def test_low_precision_large_inputs_stay_finite_and_match_fp32(kind, impl, dtype
 # The pairs a norm.kind may take: the attention-only l2/custom is not among them.
 RESIDUAL_PAIRS = (
     "layernorm/custom, layernorm/native, rmsnorm/custom, rmsnorm/native, scalenorm/custom, dyt/custom, dyisru/custom, "
-    "none/custom, batchnorm/custom, batchnorm/native, powernorm/custom"
+    "none/custom, batchnorm/custom, batchnorm/native, powernorm/custom, annotated_ln/custom"
 )
 
 
-@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru"])
+@pytest.mark.parametrize("kind", ["layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyt", "dyisru"])
 def test_float64_is_computed_in_float64(kind):
     # The float32 statistics are for half precision only: narrowing float64 to float32 would cap a
     # float64 model at ~1e-7 (tests/test_preln_prerms.py needs 1e-10). Reference: the formula in float64.
@@ -195,6 +196,7 @@ def test_float64_is_computed_in_float64(kind):
     xc = x - x.mean(-1, keepdim=True)
     ref = {
         "layernorm": lambda: w * xc / (xc.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt() + b,
+        "annotated_ln": lambda: w * xc / ((xc.pow(2).sum(-1, keepdim=True) / 31).sqrt() + norm.eps) + b,
         "rmsnorm": lambda: w * x / (x.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt(),
         "scalenorm": lambda: w * x / x.norm(dim=-1, keepdim=True),
         "dyt": lambda: w * torch.tanh(norm.alpha * x) + b,
@@ -208,7 +210,11 @@ def test_float64_is_computed_in_float64(kind):
 @pytest.mark.parametrize(
     ("kind", "impl", "message"),
     [
-        ("groupnorm", "custom", "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm$"),
+        (
+            "groupnorm",
+            "custom",
+            "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm, annotated_ln$",
+        ),
         ("l2", "custom", "unknown norm.kind 'l2'; valid kinds: " + ", ".join(NORM_KINDS) + "$"),
         ("layernorm", "triton", "valid impls: custom, native"),
         ("scalenorm", "native", f"norm.kind='scalenorm' has no impl 'native'; valid kind/impl pairs: {RESIDUAL_PAIRS}$"),

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, LRScheduler, SequentialLR
 
+from model.weight_norm import weight_norm_gains
 from training.schema import ScheduleConfig
 
 
@@ -16,10 +17,14 @@ def build_optimizer(
     """AdamW (Loshchilov & Hutter 2019) with the fused kernel on CUDA.
 
     Weight decay applies to matrices and embeddings (dim >= 2) only: decaying norm gains and
-    biases would pull the norms being studied toward zero.
+    biases would pull the norms being studied toward zero. WeightNorm's g (``model.weight_norm``), a
+    per-row gain of shape (out, 1), gets none either; its v, the direction, is decayed as a matrix: the
+    output does not depend on ||v||, so decay only shrinks ||v||, which enlarges the step on the direction
+    (the gradient w.r.t. v scales as g / ||v||, Salimans & Kingma 2016, arXiv 1602.07868, sec. 2.1).
     """
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    gains = {id(p) for p in weight_norm_gains(model)}
+    decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in gains]
+    no_decay = [p for p in model.parameters() if p.dim() < 2 or id(p) in gains]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     fused = all(p.is_cuda for p in model.parameters())
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
