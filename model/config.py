@@ -105,9 +105,9 @@ class BlockNorm:
     Attributes:
         stack: ``enc`` or ``dec``; None: both.
         layers: 0-based layer indices in the stack; None: every layer.
-        kind, impl, placement, eps, bias, qk, v, mix_ln_alpha, powernorm_warmup, powernorm_groups: as in
-            :class:`NormSpec`; None keeps the value
+        kind, impl, placement, eps, bias, qk, v, mix_ln_alpha: as in :class:`NormSpec`; None keeps the value
             set by the ``norm.*`` keys (to turn an attention norm off, give ``none``).
+        powernorm_warmup, powernorm_groups: as in :class:`NormSpec`; None keeps the value set by the ``norm.*`` keys.
     """
 
     stack: str | None = None
