@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from analysis.load import ReportError, flatten
 from analysis.runs import Run
+from runlog.renames import ADDED
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 NO_BASELINE = "none"  # --baseline none: no Δ columns, not even the default baseline's
@@ -59,18 +60,28 @@ def default_preset() -> str:
     return default_choice("norm")
 
 
+def _own_keys(norm: Any) -> dict[str, Any]:
+    """The flattened keys of a ``norm`` node (unresolved) but those interpolated from another group
+    (``norm.powernorm_warmup: ${schedule.warmup_steps}``): they follow that group, not the norm preset."""
+    keys = flatten({"norm": OmegaConf.to_container(norm, resolve=False)})
+    return {k: v for k, v in keys.items() if not (isinstance(v, str) and v.startswith("${"))}
+
+
 @cache
 def preset_keys(name: str) -> dict[str, Any]:
-    """The flattened norm keys (``norm.kind`` -> ``layernorm``, ...) Hydra composes for ``norm=<name>``."""
+    """The flattened norm keys (``norm.kind`` -> ``layernorm``, ...) Hydra composes for ``norm=<name>``, but those
+    interpolated from another group (:func:`_own_keys`)."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=[f"norm={name}"])
-    return flatten({"norm": OmegaConf.to_container(cfg.norm, resolve=True)})
+    return _own_keys(cfg.norm)
 
 
 @cache
 def _base_keys() -> dict[str, Any]:
-    """``conf/norm_base.yaml``'s keys, flattened under ``norm.``: the values of keys older runs lack."""
-    return flatten({"norm": OmegaConf.to_container(OmegaConf.load(CONF / "norm_base.yaml"), resolve=True)})
+    """The values of norm keys older runs lack: ``conf/norm_base.yaml``'s, flattened under ``norm.``, with each key
+    added since (``runlog.renames.ADDED``) at the value the old code ran under."""
+    added = {k: v for k, v in ADDED.items() if k.startswith("norm.")}
+    return {**_own_keys(OmegaConf.load(CONF / "norm_base.yaml")), **added}
 
 
 def used_preset(group: Group, name: str) -> bool:

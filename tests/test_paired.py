@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from scipy import stats as scipy_stats
 
+from analysis import presets
 from analysis.load import ReportError
 from analysis.paired import (
     BASELINE_COLUMNS,
@@ -23,6 +24,7 @@ from analysis.paired import (
 from analysis.runs import Run
 from analysis.stats import mean_stderr, t_interval, zero_spread
 from analysis.variants import Variant
+from runlog.renames import ADDED
 from runlog.tasks import TASKS
 from scripts import report, report_tables
 from tests.test_report import DIVERGED_ERROR, config, finished, metric_rows, table, write_run
@@ -300,3 +302,15 @@ def test_a_null_label_is_shown_as_null_and_accepted_in_both_spellings(tmp_path: 
         assert '<p class="note" data-baseline="norm.qk=None">Δ vs <b>norm.qk=null</b>' in page
         assert "<th>PER (%) Δ vs norm.qk=null: mean [95% CI] (pairs)</th>" in page and ">norm.qk=None<" not in page
         assert delta_cells(page) == {"norm.qk=None": "", "norm.qk=layernorm": "+0.00 (2) degenerate (zero spread)"}
+
+
+def test_a_preset_is_recognised_whatever_the_keys_interpolated_from_other_groups_hold() -> None:
+    # norm.powernorm_warmup follows schedule.warmup_steps and norm.powernorm_groups model.n_heads: a pre_ln run with a
+    # 60-step warmup used pre_ln, and so did an old run saved before the keys existed (ADDED's values).
+    composed = {**presets.preset_keys("pre_ln"), "norm.powernorm_warmup": 60, "norm.powernorm_groups": 2}
+    old = {k: v for k, v in presets.preset_keys("pre_ln").items() if k not in ADDED}
+    for keys in (composed, old):
+        assert presets.used_preset(Variant("v", [Run(path=Path("r"), label="r", config=keys)]), "pre_ln")
+    assert "norm.powernorm_warmup" not in presets.preset_keys("pre_pn")
+    other = {**composed, "norm.kind": "rmsnorm"}
+    assert not presets.used_preset(Variant("v", [Run(path=Path("r"), label="r", config=other)]), "pre_ln")
