@@ -1,0 +1,187 @@
+"""The numbers of ``+experiment=batch_vs_layer`` (docs/results.md, "BatchNorm vs LayerNorm"): per run, per arm and
+batch size, and the contrasts Shen et al. 2020 ("PowerNorm", ICML, arXiv 2003.07845) make, paired by seed.
+
+    python -m scripts.report_batch_vs_layer SWEEP_DIR [--out DIR]    # from the repository root; DIR: SWEEP_DIR/report
+
+An arm is the encoder's norm kind (``norm.kind``; the decoder is LayerNorm), ``<kind>_both`` where the kind is in both
+stacks (``norm.decoder_batch_stats``): the options of ``conf/batch_vs_layer/``. CSVs, written with the ``csv`` module
+(empty field: no value; floats at full precision):
+
+- ``runs.csv``: one row per run: ``arm, max_tokens, seed, state``, then each of :data:`METRICS`;
+- ``summary.csv``: one row per (arm, max_tokens, metric) over the finished runs: ``n, mean, stderr``, then the
+  arm minus ``layernorm`` at the same batch size, paired by seed (``diff_mean, diff_ci95_lo, diff_ci95_hi, pairs,
+  significant``; empty in LayerNorm's rows and where a metric has no value);
+- ``contrasts.csv``: ``contrast, metric, pairs, diff_mean, diff_ci95_lo, diff_ci95_hi, significant`` for
+  ``<arm> - layernorm: small - large batch`` (does the small batch hurt the arm more than LayerNorm? the difference
+  of the two paired differences, seed by seed) and ``powernorm - batchnorm at <max_tokens>``.
+
+Intervals: the paired t test of ``analysis.paired.paired_difference`` (95 %, n - 1 dof; a degenerate zero-spread set
+of pairs has none and is not significant).
+"""
+
+import sys
+from pathlib import Path
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
+import argparse
+import statistics
+from collections.abc import Callable, Hashable
+
+from analysis.csvs import write_csv
+from analysis.load import ReportError, load_runs
+from analysis.paired import PairedDifference, paired_difference
+from analysis.runs import Run
+from analysis.stats import mean_stderr
+
+BASELINE = "layernorm"
+FIRST_NORM = "self_attn.norm_in"  # the first norm of encoder block 0 under pre-LN: where Shen et al.'s Fig. 2 measures
+
+
+def _last(run: Run, metric: str) -> float | None:
+    values = [v for s, v in run.series.get(metric, []) if v is not None and s > 0]
+    return values[-1] if values else None
+
+
+def _gap(run: Run) -> float | None:
+    """The train/eval gap at the last validation: ``val/loss_batch_stats - val/loss`` (nats per target token)."""
+    batch, running = _last(run, "val/loss_batch_stats"), _last(run, "val/loss")
+    return None if batch is None or running is None else batch - running
+
+
+def _fluctuation(stat: str) -> Callable[[Run], float | None]:
+    """The mean over the run's telemetry records of ``bstat/enc.0.self_attn.norm_in/<stat>``: Shen et al.'s
+    (1/d) ||batch statistic - running statistic|| at the first norm, averaged over training."""
+
+    def get(run: Run) -> float | None:
+        values = [
+            v for rec in run.profile(stat).values() for site, v in rec.items() if (site.depth, site.site) == (0, FIRST_NORM)
+        ]
+        return statistics.fmean(values) if values else None
+
+    return get
+
+
+METRICS: dict[str, Callable[[Run], float | None]] = {
+    "test/per": lambda r: r.final("test/per"),
+    "test/wer": lambda r: r.final("test/wer"),
+    "best_val_loss": lambda r: r.best("val/loss"),
+    "final_val_loss": lambda r: _last(r, "val/loss"),
+    "train_eval_gap": _gap,
+    **{f"first_norm_{stat}": _fluctuation(stat) for stat in ("mean_dist", "var_dist", "phi_dist")},
+}
+
+
+def arm(run: Run) -> str:
+    """The run's arm: its encoder norm kind, ``<kind>_both`` when the decoder has it too."""
+    kind = run.config.get("norm.kind")
+    return f"{kind}_both" if run.config.get("norm.decoder_batch_stats") else str(kind)
+
+
+Cell = tuple[str, int]  # (arm, max_tokens)
+
+
+def cells(runs: list[Run]) -> dict[Cell, list[Run]]:
+    """The finished runs by (arm, max_tokens), in sorted order."""
+    out: dict[Cell, list[Run]] = {}
+    for run in runs:
+        if run.finished:
+            out.setdefault((arm(run), run.config.get("trainer.max_tokens")), []).append(run)
+    return dict(sorted(out.items()))
+
+
+def by_seed(runs: list[Run], metric: str) -> dict[Hashable, float]:
+    return {r.seed: v for r in runs if (v := METRICS[metric](r)) is not None}
+
+
+def _paired_fields(diff: PairedDifference | None) -> list[object]:
+    if diff is None or diff.mean is None:
+        return ["", "", "", "", ""]
+    lo, hi = diff.ci95 or ("", "")
+    return [diff.mean, lo, hi, diff.n, "" if diff.significant is None else diff.significant]
+
+
+def summary_rows(groups: dict[Cell, list[Run]]) -> list[list[object]]:
+    rows = []
+    for (name, tokens), runs in groups.items():
+        for metric in METRICS:
+            values = by_seed(runs, metric)
+            if not values:
+                continue
+            mean, stderr = mean_stderr(list(values.values()))
+            base = by_seed(groups.get((BASELINE, tokens), []), metric)
+            diff = paired_difference(values, base) if name != BASELINE and base else None
+            rows.append([name, tokens, metric, len(values), mean, "" if stderr is None else stderr, *_paired_fields(diff)])
+    return rows
+
+
+def contrast_rows(groups: dict[Cell, list[Run]]) -> list[list[object]]:
+    """The small-minus-large-batch difference of each arm's paired difference to LayerNorm, and PowerNorm minus
+    BatchNorm at each batch size; a contrast whose arms are missing is left out."""
+    sizes = sorted({tokens for _, tokens in groups})
+    arms = sorted({name for name, _ in groups if name != BASELINE})
+    rows = []
+    for metric in METRICS:
+        if len(sizes) == 2:
+            small, large = sizes
+            for name in arms:
+                per_size = []
+                for tokens in (small, large):
+                    values, base = (
+                        by_seed(groups.get((name, tokens), []), metric),
+                        by_seed(groups.get((BASELINE, tokens), []), metric),
+                    )
+                    per_size.append({s: values[s] - base[s] for s in values if s in base})
+                if per_size[0] and per_size[1]:
+                    diff = paired_difference(*per_size)
+                    rows.append([f"{name} - {BASELINE}: {small} - {large} tokens", metric, *_reorder(diff)])
+        for tokens in sizes:
+            pn, bn = (by_seed(groups.get((k, tokens), []), metric) for k in ("powernorm", "batchnorm"))
+            if pn and bn:
+                rows.append([f"powernorm - batchnorm at {tokens} tokens", metric, *_reorder(paired_difference(pn, bn))])
+    return rows
+
+
+def _reorder(diff: PairedDifference) -> list[object]:
+    """``contrasts.csv``'s order: pairs first."""
+    mean, lo, hi, n, significant = _paired_fields(diff)
+    return [n, mean, lo, hi, significant]
+
+
+def write_csvs(runs: list[Run], out: Path) -> list[Path]:
+    """Write runs.csv, summary.csv and contrasts.csv into ``out``; returns their paths."""
+    groups = cells(runs)
+    run_rows = [[arm(r), r.config.get("trainer.max_tokens"), r.seed, r.status_state, *(METRICS[m](r) for m in METRICS)]
+                for r in sorted(runs, key=lambda r: (arm(r), r.config.get("trainer.max_tokens"), str(r.seed)))]  # fmt: skip
+    paired = ["diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant"]
+    return [
+        write_csv(out / "runs.csv", ["arm", "max_tokens", "seed", "state", *METRICS], run_rows),
+        write_csv(out / "summary.csv", ["arm", "max_tokens", "metric", "n", "mean", "stderr", *paired], summary_rows(groups)),
+        write_csv(
+            out / "contrasts.csv",
+            ["contrast", "metric", "pairs", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "significant"],
+            contrast_rows(groups),
+        ),  # fmt: skip
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="report_batch_vs_layer", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep", type=Path, help="the +experiment=batch_vs_layer sweep dir")
+    parser.add_argument("--out", type=Path, help="output dir (default: SWEEP/report)")
+    args = parser.parse_args(argv)
+    try:
+        runs = load_runs([args.sweep])
+        out = args.out or args.sweep / "report"
+        out.mkdir(parents=True, exist_ok=True)
+        for path in write_csvs(runs, out):
+            print(path)
+    except ReportError as err:
+        print(f"report_batch_vs_layer: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
