@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from analysis.runs import BlockSite, Run, finite
-from runlog.metric_names import PRE_NORM_SITE, Metric, depth, n_enc_layers_seen, parse
+from runlog.metric_names import BSTAT_STATS, PRE_NORM_SITE, Metric, depth, n_enc_layers_seen, parse
 from runlog.renames import with_current_names
 from runlog.tasks import TaskSpec, read_task
 
@@ -34,7 +34,12 @@ PROFILES = {
     ("grad", None, "norm"): "grad",
 }
 # (family, stat) of a per-site block metric -> the name of its profile in ``Run.profiles``, by BlockSite
-SITE_PROFILES = {("attn", "max_logit"): "max_logit", ("weight", "sigma_max"): "sigma_max"}
+# (bstat: each batch-reading residual norm's distance, under the stat's own name; a stack's final norm has no depth)
+SITE_PROFILES = {
+    ("attn", "max_logit"): "max_logit",
+    ("weight", "sigma_max"): "sigma_max",
+    **{("bstat", stat): stat for stat in BSTAT_STATS},
+}
 LAST_RECORD_ONLY = ("sigma_max",)  # the report shows the last record only: older ones are not kept in memory
 
 
@@ -145,7 +150,7 @@ def _add_row(row: dict[str, Any], series: dict, raw: dict) -> None:
             continue
         elif m.stack is None:  # stack-less telemetry: one number per record, a series like train/loss
             series.setdefault(key, []).append((step, finite(value)))
-        elif (value := finite(value)) is None:
+        elif m.layer is None or (value := finite(value)) is None:  # a stack site (embed, final_norm): no depth
             continue
         elif attr := PROFILES.get((m.family, m.site, m.stat)) or SITE_PROFILES.get((m.family, m.stat)):
             _keep(raw[attr], step, m, value, last_only=attr in LAST_RECORD_ONLY)

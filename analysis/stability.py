@@ -6,6 +6,9 @@ renderers), from the telemetry in each run's metrics.jsonl:
 - ``out/logz`` vs step: a line per variant, the mean over its runs with a ± standard-error band;
 - spectral norm (``sigma_max``) vs depth at the last record, one panel per variant: a line per matrix
   (colour by kind in forward order, q, k, v, out, ffn.in, ffn.out; cross-attention dashed);
+- batch-statistics distance (``bstat/``) vs step, one panel per variant and statistic (``mean_dist``,
+  ``var_dist``, ``phi_dist``) where its runs have batch-reading norms: a line per norm of each block, drawn
+  as the max logits are;
 - block-output kurtosis vs depth at the last record: a line per variant.
 
 A chart (or a variant's panel) with no data, e.g. from runs recorded before these metrics existed, is
@@ -17,9 +20,9 @@ from analysis.panels import Line, Panel, depth_panel, runs_at
 from analysis.runs import BlockSite, Run
 from analysis.stats import curves_band, mean_at
 from analysis.variants import Variant, averaged_runs
-from runlog.metric_names import ATTENTIONS, MATRIX_ROLES, matrix_role, output_logits
+from runlog.metric_names import ATTENTIONS, BSTAT_STATS, MATRIX_ROLES, NORM_SLOTS, RESIDUALS, matrix_role, output_logits
 
-SELF, CROSS = ATTENTIONS
+CROSS = ATTENTIONS[1]
 
 
 def _dash(residual: str) -> str:
@@ -36,17 +39,35 @@ def max_logit_lines(variant: Variant) -> list[Line]:
     """One ``series`` line per attention (BlockSite) of ``variant``: max logit vs step, the mean over the runs
     that recorded max logits, drawn only at steps where each of them has this attention's value
     (:func:`curves_band`). Lines in depth order, self- before cross-attention."""
-    runs = _recorded(variant, "max_logit")
-    sites = {site for r in runs for rec in r.profile("max_logit").values() for site in rec}
-    sites = sorted(sites, key=lambda s: (s.depth, s.site != SELF))
+    return site_lines(variant, "max_logit")
+
+
+def site_lines(variant: Variant, profile: str) -> list[Line]:
+    """:func:`max_logit_lines` for any per-site profile of ``Run.profiles`` (``mean_dist``: one line per
+    batch-reading norm), sites in depth order, then residual order (self-attention, cross-attention, FFN);
+    cross-attention's dashed."""
+    runs = _recorded(variant, profile)
+    sites = {site for r in runs for rec in r.profile(profile).values() for site in rec}
+    sites = sorted(sites, key=lambda s: (s.depth, *_site_order(s.site)))
     deepest = max((s.depth for s in sites), default=0)
     lines = []
     for site in sites:
-        curves = [[(step, rec.get(site)) for step, rec in sorted(r.profile("max_logit").items())] for r in runs]
+        curves = [[(step, rec.get(site)) for step, rec in sorted(r.profile(profile).items())] for r in runs]
         steps, mean, _, _, n = curves_band(curves)
-        lines.append(Line(f"{site.block} {site.site}", variant.label, "series", steps, mean, dash=_dash(site.site),
+        lines.append(Line(f"{site.block} {site.site}", variant.label, "series", steps, mean, dash=_dash(_residual(site.site)),
                           hover=[f"n = {k} of {len(runs)}" for k in n], shade=site.depth / max(deepest, 1)))  # fmt: skip
     return lines
+
+
+def _residual(site: str) -> str:
+    """The residual sublayer of an attention (``self_attn``) or a norm slot (``cross_attn.norm_in``)."""
+    return site.partition(".")[0]
+
+
+def _site_order(site: str) -> tuple[int, int]:
+    """Forward order within a block: residual (self-attention, cross-attention, FFN), then norm slot."""
+    slot = site.partition(".")[2]
+    return RESIDUALS.index(_residual(site)), NORM_SLOTS.index(slot) if slot else -1
 
 
 def logz_line(variant: Variant) -> Line | None:
@@ -101,6 +122,12 @@ def stability_panels(variants: list[Variant]) -> list[Panel]:
             title = f"Spectral norm vs depth at step {step}{count}: {variant.label}"
             panels.append(Panel(f"sigma_max_vs_depth_{j}", title, "block (encoder, then decoder)", "sigma_max",
                                 lines, log_y=True, integer_x=True))  # fmt: skip
+    for j, variant in enumerate(variants, 1):
+        for stat in BSTAT_STATS:
+            if lines := site_lines(variant, stat):
+                title = f"Batch vs running statistics, {stat} vs step: {variant.label} (mean of {len(_recorded(variant, stat))})"
+                ylabel = f"{stat} = ||batch - running|| / d_model"
+                panels.append(Panel(f"bstat_{stat}_{j}", title, "training step", ylabel, lines, log_y=True))
     kurtosis = depth_panel(variants, "kurtosis_vs_depth", "kurtosis", 1, "Block-output kurtosis vs depth (last record)",
                            "kurtosis of the block output")  # fmt: skip
     return [*panels, *([kurtosis] if kurtosis.lines else [])]

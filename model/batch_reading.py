@@ -47,6 +47,8 @@ class BatchReadingNorm(nn.Module):
       and incremental decoding gives what a full pass gives.
     - ``group``: the data-parallel process group (``EncoderDecoder.set_norm_group``); None: the
       statistics of this process only.
+    - :meth:`batch_vs_running`: the batch's statistics beside the running ones they are compared with
+      (telemetry's ``bstat/``), read without side effects.
 
     Attention's norm sites (``q_norm``, ``k_norm``, ``v_norm``, over d_head) stay token-wise:
     ``model.attention.ATTENTION_NORM_KINDS`` admits no batch-reading kind.
@@ -63,6 +65,20 @@ class BatchReadingNorm(nn.Module):
             NotImplementedError: always; a subclass defines it.
         """
         raise NotImplementedError(f"{type(self).__name__} must define forward(x, keep)")
+
+    def batch_vs_running(self, x: torch.Tensor, keep: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """The statistics a training-mode forward on (x, keep) would take of this process's real tokens, each
+        beside the running buffer it is blended into, read under ``no_grad`` and changing nothing (no buffer
+        update, no collective: under data parallel, this rank's tokens only). Telemetry's ``bstat/`` family
+        (docs/telemetry.md) compares the two.
+
+        Shapes: x (B, L, D), keep (B, L) bool -> {statistic: (batch value (D,), running value (D,))}, in float32
+        (float64 input: float64); statistic names in ``runlog.metric_names.BATCH_STATISTICS``.
+
+        Raises:
+            NotImplementedError: always; a subclass defines it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define batch_vs_running(x, keep)")
 
 
 @contextmanager

@@ -31,6 +31,18 @@ def _check_count(n: int) -> None:
                          f"(the running variance is unbiased, N / (N - 1)); got {n}")  # fmt: skip
 
 
+@torch.no_grad()
+def _compared(
+    norm: "BatchNorm | NativeBatchNorm", x: torch.Tensor, keep: torch.Tensor
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """``batch_vs_running`` of either impl: the mean and the biased variance of this process's real tokens,
+    with the custom forward's operations (its values bit for bit on one process), beside the running buffers."""
+    xr = wide(x[keep])  # (N, D)
+    mean = xr.sum(0) / xr.shape[0]
+    var = (xr - mean).pow(2).sum(0) / xr.shape[0]
+    return {"mean": (mean, norm.running_mean.to(mean.dtype)), "var": (var, norm.running_var.to(var.dtype))}
+
+
 def _scatter(x: torch.Tensor, keep: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """(B, L, D) zeros in x's dtype with the rows y (N, D) at the N positions where ``keep`` is True."""
     return x.new_zeros(x.shape).index_put((keep,), y.to(x.dtype))
@@ -70,13 +82,13 @@ class BatchNorm(BatchReadingNorm):
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         xr = wide(x[keep])  # (N, D): this rank's real tokens
         if self.training:
-            mean, var = self._batch_statistics(xr)
+            mean, var = self._train_statistics(xr)
         else:
             mean, var = wide(self.running_mean), wide(self.running_var)
         y = (xr - mean) * torch.rsqrt(var + self.eps) * wide(self.weight)
         return _scatter(x, keep, y if self.bias is None else y + wide(self.bias))
 
-    def _batch_statistics(self, xr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _train_statistics(self, xr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean (D,), biased variance (D,)) over the real tokens xr (N, D) of every rank; updates the running
         buffers. Two passes (the sum, then the squares about the mean), each summed over the group, as one
         process would compute them on the ranks' tokens together."""
@@ -96,6 +108,20 @@ class BatchNorm(BatchReadingNorm):
             self.running_var.copy_(MOMENTUM * unbiased + (1 - MOMENTUM) * self.running_var)
             self.num_batches_tracked.add_(1)
         return mean, var
+
+    def batch_vs_running(self, x: torch.Tensor, keep: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """``mean``: the per-channel mean of this process's real tokens vs ``running_mean``; ``var``: their biased
+        variance (divided by N) vs ``running_var``. Biased because that is the variance a training-mode forward
+        divides by (Algorithm 1's sigma_B^2, the batch statistic Shen et al. 2020, arXiv 2003.07845, Fig. 2,
+        compare with the running one); ``running_var`` blends the unbiased N / (N - 1) estimate, so even
+        without fluctuation the batch value sits below it by sigma^2 / N in expectation (docs/telemetry.md's
+        Gaussian baseline counts it). Under data parallel this rank's tokens only, with no collective (the
+        forward sums over the group's). No side effects.
+
+        Shapes: x (B, L, D), keep (B, L) bool -> {"mean", "var"}: (batch (D,), running (D,)), in float32
+        (float64 input: float64).
+        """
+        return _compared(self, x, keep)
 
 
 class NativeBatchNorm(nn.BatchNorm1d, BatchReadingNorm):
@@ -136,3 +162,8 @@ class NativeBatchNorm(nn.BatchNorm1d, BatchReadingNorm):
         if self.training:
             _check_count(xr.shape[0])
         return _scatter(x, keep, super().forward(xr))
+
+    def batch_vs_running(self, x: torch.Tensor, keep: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`BatchNorm.batch_vs_running`: computed by normlab in float32 rather than by torch's kernel, which
+        normalizes with the same biased variance to float32 rounding."""
+        return _compared(self, x, keep)

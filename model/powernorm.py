@@ -148,6 +148,18 @@ class PowerNorm(BatchReadingNorm):
             f"warmup_iters={self.warmup_iters}, group_num={self.group_num}, bias={self.bias is not None}"
         )
 
+    @torch.no_grad()
+    def batch_vs_running(self, x: torch.Tensor, keep: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """``phi``: the quadratic mean ``mean(x^2)`` per channel of the group-scaled x over this process's real
+        tokens (the forward's ``var``, the paper's psi_B^2, with the same operations) vs ``running_phi`` (psi^2).
+        No side effects; ``group`` is not read here either.
+
+        Shapes: x (B, L, D), keep (B, L) bool -> {"phi": (batch (D,), running (D,))}, in float32 (float64 input:
+        float64).
+        """
+        phi = group_scale(wide(x), self.group_num)[keep].pow(2).mean(dim=0)
+        return {"phi": (phi, self.running_phi.to(phi.dtype))}
+
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         xs = group_scale(wide(x), self.group_num)  # (B, L, D)
         weight = wide(self.weight)

@@ -12,6 +12,9 @@ Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a 
   (``gain_mean``, ``gain_max``, DyT's ``alpha``, DyISRU's ``beta``), a residual gate ``{r}.gate``
   (ReZero's scalar: ``alpha``; LayerScale's per-channel: ``gain_mean``, ``gain_max``), an attention's
   l2 QK-norm ``temperature`` at ``{a}`` (``SCALE_SITE_STATS``);
+- ``bstat/{s}.{i}.{r}.{slot}/{stat}`` and ``bstat/{s}.final_norm/{stat}``: a batch-reading norm's batch
+  statistics against its running ones (``{stat}`` a ``BATCH_STATISTICS`` name + ``_dist``: ``mean_dist``,
+  ``var_dist``, ``phi_dist``; :func:`batch_stat_dist`);
 - ``out/{logz|max_logit}``: the output logits, and ``optim/below_eps``: the optimizer's state, families of no
   stack (the name has no middle part; the trainer's own ``optim/lr``, ``optim/grad_norm``, ... are not telemetry
   and do not parse).
@@ -75,6 +78,11 @@ SCALE_SITE_STATS = {
     **{a: ("temperature",) for a in ATTENTIONS},
 }
 SCALE_STATS = (*_NORM_SCALES, "temperature")
+# bstat/: what a batch-reading norm's batch_vs_running() returns (model/batch_reading.py), each compared with its
+# running buffer; recorded at the residual norm slots and the stack's final norm, where such a norm can sit.
+BATCH_STATISTICS = ("mean", "var", "phi")
+BSTAT_STATS = tuple(f"{s}_dist" for s in BATCH_STATISTICS)
+RESIDUAL_NORM_SITES = tuple(f"{r}.{slot}" for r in RESIDUALS for slot in NORM_SLOTS)
 FAMILY_STATS = {
     "act": STATS,
     "grad": ("norm",),
@@ -84,8 +92,10 @@ FAMILY_STATS = {
     "scale": SCALE_STATS,
     "out": ("logz", "max_logit"),
     "optim": ("below_eps",),
+    "bstat": BSTAT_STATS,
 }
-_BLOCK_SITES_OF = {"attn": ATTENTIONS, "weight": WEIGHT_SITES, "scale": tuple(SCALE_SITE_STATS)}  # beside act; others: no site
+# the block sites of each family beside act; others: no site
+_BLOCK_SITES_OF = {"attn": ATTENTIONS, "weight": WEIGHT_SITES, "scale": tuple(SCALE_SITE_STATS), "bstat": RESIDUAL_NORM_SITES}
 FAMILIES = tuple(FAMILY_STATS)
 STACKLESS = ("out", "optim")  # families of the whole model: ``{family}/{stat}``, no stack, layer or site
 DEPTH_CHART = "act/rms_vs_depth"  # the wandb chart of RMS vs depth (not a statistic: parses to None)
@@ -102,8 +112,8 @@ class Metric:
         stack: ``enc`` or ``dec``; None for a ``STACKLESS`` family (``out``, ``optim``), and only there.
         layer: the block index; None for the stack sites ``embed`` and ``final_norm`` and for ``STACKLESS``.
         site: an act site (``STACK_SITES`` or ``BLOCK_SITES``), the attention of an ``attn``
-            metric, a ``WEIGHT_SITES`` matrix, a ``SCALE_SITE_STATS`` site, or None (``grad``,
-            ``update``, ``STACKLESS``).
+            metric, a ``WEIGHT_SITES`` matrix, a ``SCALE_SITE_STATS`` site, a ``RESIDUAL_NORM_SITES`` slot
+            or ``final_norm`` (``bstat``), or None (``grad``, ``update``, ``STACKLESS``).
         stat: one of ``FAMILY_STATS[family]``.
 
     Raises:
@@ -129,6 +139,9 @@ class Metric:
         if self.family == "act":
             _check("site", self.site, STACK_SITES if self.layer is None else BLOCK_SITES)
             _check(f"site of {self.stat}", self.site, ACT_STAT_SITES.get(self.stat, (self.site,)))
+            return
+        if self.family == "bstat" and self.layer is None:  # a stack's final norm
+            _check("site", self.site, ("final_norm",))
             return
         if self.layer is None:
             raise ValueError(f"a {self.family} metric needs a layer, got None")
@@ -271,6 +284,18 @@ def learned_scale(stack: str, layer: int, site: str, stat: str) -> Metric:
 def attn_max_logit(stack: str, layer: int, attention: str) -> Metric:
     """``attn/{stack}.{layer}.{attention}/max_logit``."""
     return Metric("attn", stack, layer, attention, "max_logit")
+
+
+def batch_stat_dist(stack: str, layer: int | None, site: str, statistic: str) -> Metric:
+    """``bstat/{stack}.{layer}.{site}/{statistic}_dist`` at a residual norm slot (``RESIDUAL_NORM_SITES``), or
+    ``bstat/{stack}.final_norm/{statistic}_dist`` (layer None, site ``final_norm``): the distance between the
+    batch's and the running value of ``statistic``, one of ``BATCH_STATISTICS``.
+
+    Raises:
+        ValueError: an unknown statistic or site (the message lists the valid ones).
+    """
+    _check("batch statistic", statistic, BATCH_STATISTICS)
+    return Metric("bstat", stack, layer, site, f"{statistic}_dist")
 
 
 def output_logits(stat: str) -> Metric:

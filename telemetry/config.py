@@ -23,6 +23,8 @@ class TelemetryConfig:
         attn_max_logit: record ``attn/.../max_logit`` (the same logits: computed once when both are on).
         logits: record ``out/logz`` and ``out/max_logit`` from the training step's output logits.
         adam: record ``update/{s}.{i}/adam_rms`` and ``optim/below_eps`` from AdamW's state after the step.
+        batch_stats: record ``bstat/.../{mean_dist|var_dist|phi_dist}`` at every batch-reading norm (BatchNorm,
+            PowerNorm): the batch's statistics against the running ones; nothing where the model has none.
 
     Raises:
         ValueError: an unknown site or stat (the message lists the valid ones), or every < 0.
@@ -39,6 +41,7 @@ class TelemetryConfig:
     attn_max_logit: bool = True
     logits: bool = True
     adam: bool = True
+    batch_stats: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.every, int) or self.every < 0:

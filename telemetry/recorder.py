@@ -2,8 +2,8 @@
 statistics of a training step, reduced on the device.
 
 One module per thing observed, each writing 0-dim device tensors into one shared record:
-``activations`` (``act/``), ``attention`` (``attn/``), ``logits`` (``out/``), ``parameters``
-(``grad/``, ``weight/``, ``scale/``) and ``optimizer`` (``update/``, ``optim/below_eps``); ``config`` holds
+``activations`` (``act/``), ``attention`` (``attn/``), ``batch_stats`` (``bstat/``), ``logits`` (``out/``),
+``parameters`` (``grad/``, ``weight/``, ``scale/``) and ``optimizer`` (``update/``, ``optim/below_eps``); ``config`` holds
 :class:`TelemetryConfig`. Names are formatted and parsed only by ``runlog/metric_names.py``; definitions,
 sources and Gaussian baselines: docs/telemetry.md.
 
@@ -31,6 +31,7 @@ from model.batch_reading import buffers_kept
 from model.transformer import EncoderDecoder
 from telemetry.activations import ActivationStats
 from telemetry.attention import AttentionStats
+from telemetry.batch_stats import BatchStats
 from telemetry.config import TelemetryConfig
 from telemetry.core import DeviceStats
 from telemetry.logits import LogitStats
@@ -60,6 +61,7 @@ class Telemetry:
         self.stats: DeviceStats = {}  # everything but the activations' raw sums, in recording order
         self.activations = ActivationStats(model, cfg)
         self.attention = AttentionStats(model, cfg, self.stats)
+        self.batch_stats = BatchStats(model, cfg, self.stats)
         self.logits = LogitStats(cfg, self.stats)
         self.parameters = ParameterStats(model, cfg, self.stats)
         self.optimizer = OptimizerStats(model, cfg, self.stats)
@@ -71,7 +73,8 @@ class Telemetry:
 
     @contextmanager
     def watch(self, src_pad_mask: torch.Tensor, tgt_pad_mask: torch.Tensor) -> Iterator[None]:
-        """Record activation statistics (and attention entropy and max logit) of the forward passes inside.
+        """Record activation statistics (and attention entropy and max logit, and batch-reading norms' ``bstat/``)
+        of the forward passes inside.
 
         Args:
             src_pad_mask: (B, S) bool, True at src padding; excluded from encoder statistics and
@@ -79,7 +82,7 @@ class Telemetry:
             tgt_pad_mask: (B, T) bool, True at tgt padding; excluded from decoder statistics.
         """
         masks = (src_pad_mask, tgt_pad_mask)
-        handles = self.activations.hooks(*masks) + self.attention.hooks(*masks)
+        handles = self.activations.hooks(*masks) + self.attention.hooks(*masks) + self.batch_stats.hooks()
         try:
             yield
         finally:
@@ -89,16 +92,17 @@ class Telemetry:
     @contextmanager
     def around_forward(self, batch: ForwardInputs, record: bool) -> Iterator[None]:
         """Around the training forward pass ``model(batch.src, batch.tgt_in)``: with ``record``, its
-        activation and attention statistics and its output logits (``out/``); nothing otherwise.
+        activation, attention and batch-statistics (``bstat/``) statistics and its output logits (``out/``);
+        nothing otherwise.
 
         Eager model: hooks on that very pass (:meth:`watch`). Compiled model: on entry, one extra
         eager forward pass over the same inputs, under ``no_grad`` and with the CPU and device RNG
         states restored after it (``torch.random.fork_rng``), carries the hooks; the training pass
         inside then runs exactly as on a step without telemetry. The extra pass runs in training mode
         and would update a batch-reading norm's running statistics a second time: every buffer is
-        restored after it. It draws the training pass's
-        dropout masks when compiled random ops use ATen's generator (``compile_layers`` does so).
-        Either way the output logits are the training pass's, read by a hook on the model's output.
+        restored after it (so its ``bstat/`` pre-hooks read the buffers the training pass starts from).
+        It draws the training pass's dropout masks when compiled random ops use ATen's generator
+        (``compile_layers`` does so). Either way the output logits are the training pass's, read by a hook on the model's output.
         """
         if not record:
             yield

@@ -326,8 +326,10 @@ def test_a_pre_bn_run_stopped_and_resumed_ends_with_the_same_weights_and_buffers
 def test_a_telemetry_full_run_with_pre_bn_records_the_batchnorm_sites(tmp_path):
     metrics = train_module.train(make_cfg("norm=pre_bn", "telemetry=full", "trainer.max_steps=3"), tmp_path)
     rows = (tmp_path / "metrics.jsonl").read_text()
-    for site in ("act/enc.0.self_attn.norm_in/rms", "act/enc.final_norm/rms", "act/dec.0.ffn.norm_in/rms"):
+    for site in ("act/enc.0.self_attn.norm_in/rms", "act/enc.final_norm/rms", "act/dec.0.ffn.norm_in/rms",
+                 "bstat/enc.0.self_attn.norm_in/mean_dist", "bstat/enc.final_norm/var_dist"):  # fmt: skip
         assert f'"{site}"' in rows, site
+    assert '"bstat/dec.' not in rows  # the decoder's LayerNorms read no batch
     assert 0 <= metrics["test/wer"] <= 1
     # Every validation row of a model with a batch-reading norm has the loss with batch statistics too.
     val = [json.loads(r) for r in rows.splitlines() if '"val/loss"' in r]

@@ -11,6 +11,7 @@ from runlog.metric_names import (
     adam_below_eps,
     adam_rms,
     attn_max_logit,
+    batch_stat_dist,
     grad_norm,
     learned_scale,
     output_logits,
@@ -28,6 +29,7 @@ SAMPLES = [
     learned_scale("enc", 0, "ffn.norm_in", "gain_mean"),
     output_logits("logz"),
     adam_below_eps(),
+    batch_stat_dist("enc", None, "final_norm", "var"),
 ]
 
 

@@ -9,9 +9,11 @@ import pytest
 
 from runlog.metric_names import (
     ATTENTIONS,
+    BATCH_STATISTICS,
     BLOCK_SITES,
     FAMILIES,
     FAMILY_STATS,
+    RESIDUAL_NORM_SITES,
     SCALE_SITE_STATS,
     STACK_SITES,
     STACKS,
@@ -25,6 +27,7 @@ from runlog.metric_names import (
     adam_rms,
     attn_entropy,
     attn_max_logit,
+    batch_stat_dist,
     blocks,
     depth,
     derive_stats,
@@ -46,6 +49,7 @@ def every_metric() -> list[Metric]:
     metrics = [*(output_logits(stat) for stat in FAMILY_STATS["out"]), adam_below_eps()]
     for stack in STACKS:
         metrics += [act(stack, None, site, stat) for site in STACK_SITES for stat in act_stats(site)]
+        metrics += [batch_stat_dist(stack, None, "final_norm", s) for s in BATCH_STATISTICS]
         for layer in (0, 11):
             metrics += [act(stack, layer, site, stat) for site in BLOCK_SITES for stat in act_stats(site)]
             metrics += [grad_norm(stack, layer), update_ratio(stack, layer), adam_rms(stack, layer)]
@@ -53,6 +57,7 @@ def every_metric() -> list[Metric]:
             metrics += [weight_spectrum(stack, layer, m, stat) for m in WEIGHT_SITES for stat in WEIGHT_STATS]
             metrics += [learned_scale(stack, layer, site, stat) for site, stats in SCALE_SITE_STATS.items() for stat in stats]
             metrics += [attn_max_logit(stack, layer, a) for a in ATTENTIONS]
+            metrics += [batch_stat_dist(stack, layer, site, s) for site in RESIDUAL_NORM_SITES for s in BATCH_STATISTICS]
     return metrics
 
 
@@ -81,6 +86,9 @@ def test_names_are_the_documented_strings():
         site_name("enc", 0, "ffn.norm_mid")
     assert output_logits("logz").block is None
     assert grad_norm("enc", 3).block == "enc.3" and act("enc", None, "embed", "rms").block is None
+    assert batch_stat_dist("enc", 1, "ffn.norm_in", "mean").name == "bstat/enc.1.ffn.norm_in/mean_dist"
+    assert batch_stat_dist("dec", 0, "cross_attn.norm_out", "var").name == "bstat/dec.0.cross_attn.norm_out/var_dist"
+    assert batch_stat_dist("enc", None, "final_norm", "phi").name == "bstat/enc.final_norm/phi_dist"
 
 
 def test_every_name_of_every_family_parses_back_to_its_metric():
@@ -130,6 +138,13 @@ def test_every_name_of_every_family_parses_back_to_its_metric():
         "act/enc.0.in/token_cos",  # token_cos: block outputs only
         "act/enc.embed/saturation",  # saturation: norm sites only
         "act/dec.1.ffn/saturation",
+        "bstat/enc.0.ffn/mean_dist",  # bstat: norm slots and final norms only
+        "bstat/enc.0.final_norm/var_dist",
+        "bstat/enc.embed/mean_dist",
+        "bstat/enc.ffn.norm_in/mean_dist",
+        "bstat/enc.0.self_attn.q_norm/mean_dist",  # per-head norms are token-wise
+        "bstat/enc.0.ffn.norm_in/mean",
+        "bstat/dec.final_norm/rms",
     ],
 )
 def test_a_bad_name_parses_to_none(name):
@@ -159,6 +174,10 @@ def test_a_bad_metric_is_a_one_line_error_naming_the_field():
         Metric("attn", None, 0, "self_attn", "max_logit")
     with pytest.raises(ValueError, match="unknown metric stat 'lr'; valid: below_eps"):
         Metric("optim", None, stat="lr")
+    with pytest.raises(ValueError, match="unknown metric batch statistic 'std'; valid: mean, var, phi$"):
+        batch_stat_dist("enc", 0, "ffn.norm_in", "std")
+    with pytest.raises(ValueError, match="unknown metric site 'embed'; valid: final_norm$"):
+        batch_stat_dist("enc", None, "embed", "mean")
 
 
 def test_every_stat_is_derived_from_the_raw_sums():

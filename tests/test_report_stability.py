@@ -10,9 +10,9 @@ from matplotlib import colormaps
 from matplotlib.colors import to_hex
 
 from analysis.load import load_runs
-from analysis.stability import logz_line, max_logit_lines, sigma_max_lines, stability_panels
+from analysis.stability import logz_line, max_logit_lines, sigma_max_lines, site_lines, stability_panels
 from analysis.variants import group_variants
-from runlog.metric_names import WEIGHT_SITES, act, attn_max_logit, blocks, output_logits, weight_spectrum
+from runlog.metric_names import WEIGHT_SITES, act, attn_max_logit, batch_stat_dist, blocks, output_logits, weight_spectrum
 from scripts import report
 from tests.test_report import (
     N_DEC,
@@ -182,3 +182,34 @@ def test_runs_without_the_stability_metrics_leave_the_charts_out(tmp_path: Path)
     path = report.build_report([tmp_path], tmp_path / "report")
     assert len(figures(path.read_text())) == 5
     assert not [p.name for p in (tmp_path / "report").glob("*.png") if p.name in PNGS]
+
+
+def bstat_rows(seed: int) -> list[dict]:
+    """``bstat/`` rows of a pre-BN run: the encoder's norms (sandwich-like, two slots per residual) and final norm."""
+    rows = []
+    for step in TELEMETRY_STEPS:
+        row = {"step": step, batch_stat_dist("enc", None, "final_norm", "mean").name: 9.0}  # no depth: not charted
+        for i in range(N_ENC):
+            for site in ("ffn.norm_branch", "ffn.norm_in", "self_attn.norm_in"):
+                for stat in ("mean", "var"):
+                    row[batch_stat_dist("enc", i, site, stat).name] = (1 + i) * step / 100 + seed + len(site) + (stat == "var")
+        rows.append(row)
+    return rows
+
+
+def test_bstat_charts_are_one_per_variant_and_statistic_with_a_line_per_norm(tmp_path: Path) -> None:
+    for seed in (0, 1):
+        write_run(tmp_path / f"bn{seed}", config("pre", "batchnorm", seed), metric_rows(1.0, seed, 0.1) + bstat_rows(seed),
+                  finished(0.1))  # fmt: skip
+    (variant,) = group_variants(load_runs([tmp_path]))
+    assert [p.key for p in stability_panels([variant])] == ["bstat_mean_dist_1", "bstat_var_dist_1"]  # no phi_dist
+    lines = site_lines(variant, "var_dist")
+    names = [f"enc.{i} {site}" for i in range(N_ENC) for site in ("self_attn.norm_in", "ffn.norm_in", "ffn.norm_branch")]
+    assert [line.name for line in lines] == names  # forward order: residual, then slot
+    for line in lines:
+        block, site = line.name.split()
+        i = int(block[-1])
+        assert line.x == TELEMETRY_STEPS and line.dash == "solid"
+        np.testing.assert_allclose(line.y, [(1 + i) * t / 100 + 0.5 + len(site) + 1 for t in TELEMETRY_STEPS])
+    report.build_report([tmp_path], tmp_path / "report")
+    assert (tmp_path / "report" / "bstat_mean_dist_1.png").stat().st_size > 5000

@@ -208,14 +208,16 @@ def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]
     return tele.collect()
 
 
-SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "logits", "weights", "scales", "adam")
+SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "logits", "weights", "scales", "adam", "batch_stats")
 
 
 def test_docs_metric_names_table_is_what_each_group_records():
     rows = [[c.strip("`") for c in row] for row in doc_table("recorded by")]
-    assert len(rows) == 21
-    # Between them, every kind of site: q/k/v norms, residual gates, an l2 QK-norm temperature, closing norms.
-    models = [make("sandwich", qk="rmsnorm", v="layernorm"), make("layerscale", qk="l2"), make("post")]
+    assert len(rows) == 23
+    # Between them, every kind of site: q/k/v norms, residual gates, an l2 QK-norm temperature, closing norms,
+    # batch-reading norms (PowerNorm in the encoder, BatchNorm in the decoder).
+    models = [make("sandwich", qk="rmsnorm", v="layernorm"), make("layerscale", qk="l2"), make("post"),
+              make(kind="batchnorm", blocks=[{"stack": "enc", "kind": "powernorm"}], decoder_batch_stats=True)]  # fmt: skip
     for group in dict.fromkeys(row[0] for row in rows):
         flags = {flag: group == flag for flag in SWITCHES}
         cfg = TelemetryConfig(every=1, sites=(group,) if group in SITE_GROUPS else (), **flags)
