@@ -362,3 +362,10 @@ def test_val_loss_with_batch_statistics_is_the_train_eval_gap_and_changes_nothin
         model.load_state_dict(state)
     assert batch == pytest.approx(total / count, rel=1e-6)
     assert abs(batch - running) > 1e-3  # batch statistics differ from the running ones: a gap to measure
+
+
+@pytest.mark.parametrize("kind", ["batchnorm", "powernorm"])
+@pytest.mark.parametrize("placement", ["rezero", "tfixup"])
+def test_a_placement_without_norms_refuses_a_batch_reading_kind_in_one_line(kind, placement):
+    with pytest.raises(ValueError, match=rf"^norm.kind='{kind}' cannot be used with norm.placement='{placement}'; valid "):
+        NormConfig(kind=kind, placement=placement)
