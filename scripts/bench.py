@@ -12,7 +12,8 @@
 Run from the repository root (``python -m`` puts it on the import path).
 
 Variants are timed in alternating rounds (A B C A B C ...) so that drift of a shared machine hits
-all of them alike; each figure is the median over rounds. Ratios > 1 are slower than the baseline.
+all of them alike; each time is the median over rounds, each ratio of ``norms`` the median of the
+per-round ratios. Ratios > 1 are slower than the baseline.
 """
 
 from pathlib import Path
@@ -24,7 +25,7 @@ import argparse
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from contextlib import nullcontext
 
 import torch
@@ -65,19 +66,39 @@ TOKEN_WISE = ["layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru"]  # --kinds' 
 TWINS = ("pre_ln", "post_ln", "pre_rms", "pre_bn")
 
 
-def time_rounds(fns: dict[str, Callable[[], None]], rounds: int, inner: int, warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call of each fn, alternating fns within each round."""
-    for fn in fns.values():  # warm-up (and compilation)
+# What a round's time is measured on (--clock). cpu: this process's CPU time, all threads summed; with
+# OMP_NUM_THREADS=1 that is the wall time less the time other processes held the core.
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_samples(
+    fns: dict[Hashable, Callable[[], None]], rounds: int, inner: int, warmup: int = 3, clock: str = "wall"
+) -> dict[Hashable, list[float]]:
+    """Seconds per call of each fn in each of ``rounds`` rounds (the mean of ``inner`` calls), the fns
+    alternating within a round, after ``warmup`` calls of each (and compilation)."""
+    now = CLOCKS[clock]
+    for fn in fns.values():
         for _ in range(warmup):
             fn()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
+    samples: dict[Hashable, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            t = time.perf_counter()
+            t = now()
             for _ in range(inner):
                 fn()
-            samples[name].append((time.perf_counter() - t) / inner)
-    return {k: statistics.median(v) for k, v in samples.items()}
+            samples[name].append((now() - t) / inner)
+    return samples
+
+
+def time_rounds(fns: dict[str, Callable[[], None]], rounds: int, inner: int, warmup: int = 3) -> dict[str, float]:
+    """Median seconds per call of each fn, alternating fns within each round."""
+    return {k: statistics.median(v) for k, v in time_samples(fns, rounds, inner, warmup).items()}
+
+
+def ratio(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a's time / b's time in the same round: a slow moment of a shared machine
+    hits both sides of each ratio."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
 def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
@@ -92,7 +113,7 @@ def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callab
     return run
 
 
-def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds: int, compile_: bool) -> None:
+def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds: int, compile_: bool, clock: str) -> None:
     """Forward+backward time of each (kind, impl, bias) of ``NORM_VARIANTS`` whose kind is in ``kinds``, per
     (rows, d), eager and (``compile_``) compiled; printed as a ratio to native LayerNorm (eager), then as the
     ratios RMSNorm / LayerNorm (same impl) and custom / native (same kind)."""
@@ -101,7 +122,7 @@ def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds:
     torch._dynamo.config.recompile_limit = 256
     variants = [v for i, v in enumerate(NORM_VARIANTS) if i == 0 or v[0] in kinds]
     modes = ["eager", "compiled"] if compile_ else ["eager"]
-    times: dict[tuple, float] = {}  # (kind, impl, bias, rows, d, mode) -> seconds
+    samples: dict[tuple, list[float]] = {}  # (kind, impl, bias, rows, d, mode) -> seconds per round
     for d in dims:
         modules = {(kind, impl, bias): build_norm(kind, d, impl=impl, bias=bias) for kind, impl, bias in variants}
         # Compiled once per d: the row count is dynamic, as a training run's varying batches make it after
@@ -114,36 +135,37 @@ def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds:
             g = torch.randn(rows, d)
             fns = {(*v, rows, d, "eager"): fwd_bwd(m, x, g) for v, m in modules.items()}
             fns |= {(*v, rows, d, "compiled"): fwd_bwd(m, x, g) for v, m in compiled.items()}
-            times |= time_rounds(fns, rounds, inner=5)
+            samples |= time_samples(fns, rounds, inner=5, clock=clock)
     for rows in rows_list:
         print(f"\nForward+backward of one norm on a ({rows}, d) fp32 tensor, {torch.get_num_threads()} threads, "
-              f"device cpu; ratio to native LayerNorm (eager) at the same d.")  # fmt: skip
+              f"device cpu, {clock} clock, {rounds} rounds; ratio to native LayerNorm (eager) at the same d.")  # fmt: skip
         print(f"{'kind':<10} {'impl':<7} {'bias':<5} " + " ".join(f"{f'd={d} {m}':>18}" for d in dims for m in modes))
-        base = {d: times[("layernorm", "native", True, rows, d, "eager")] for d in dims}
         for kind, impl, bias in variants:
-            cells = [(times.get((kind, impl, bias, rows, d, m)), base[d]) for d in dims for m in modes]
-            text = " ".join(f"{'-':>18}" if t is None else f"{t / b:>18.2f}" for t, b in cells)
+            cells = [(samples.get((kind, impl, bias, rows, d, m)), samples[("layernorm", "native", True, rows, d, "eager")])
+                     for d in dims for m in modes]  # fmt: skip
+            text = " ".join(f"{'-':>18}" if t is None else f"{ratio(t, b):>18.2f}" for t, b in cells)
             print(f"{kind:<10} {impl:<7} {bias!s:<5} {text}")
-    print_pair_ratios(times, rows_list, dims, modes)
+    print_pair_ratios(samples, rows_list, dims, modes)
 
 
-def print_pair_ratios(times: dict[tuple, float], rows_list: list[int], dims: list[int], modes: list[str]) -> None:
+def print_pair_ratios(samples: dict[tuple, list[float]], rows_list: list[int], dims: list[int], modes: list[str]) -> None:
     """RMSNorm / LayerNorm (bias) time per impl, and custom / native per kind, at each (rows, d, mode) where
     both were measured."""
     pairs = {f"RMS/LN {impl}": (("rmsnorm", impl, True), ("layernorm", impl, True)) for impl in ("native", "custom")}
     pairs |= {f"{kind} c/n": ((kind, "custom", True), (kind, "native", True)) for kind in NATIVE_KINDS}
-    cols = {name: (a, b) for name, (a, b) in pairs.items() if any(k[:3] == a for k in times) and any(k[:3] == b for k in times)}
+    measured = {k[:3] for k in samples}
+    cols = {name: (a, b) for name, (a, b) in pairs.items() if a in measured and b in measured}
     print("\nRatios of forward+backward times at the same rows, d and mode (> 1: the first is slower; c/n: custom / native):")
     print(f"{'rows':>6} {'d':>5} {'mode':<9}" + "".join(f"{name:>16}" for name in cols))
     for rows in rows_list:
         for d in dims:
             for m in modes:
-                cells = [(times.get((*a, rows, d, m)), times.get((*b, rows, d, m))) for a, b in cols.values()]
-                text = "".join(f"{'-':>16}" if None in c else f"{c[0] / c[1]:>16.2f}" for c in cells)
+                cells = [(samples.get((*a, rows, d, m)), samples.get((*b, rows, d, m))) for a, b in cols.values()]
+                text = "".join(f"{'-':>16}" if None in c else f"{ratio(*c):>16.2f}" for c in cells)
                 print(f"{rows:>6} {d:>5} {m:<9}{text}")
 
 
-def bench_step(rounds: int, presets: list[str]) -> None:
+def bench_step(rounds: int, presets: list[str], clock: str) -> None:
     """One training step (forward, backward, AdamW) of the default model per norm preset in ``presets``, and per
     preset of ``TWINS`` among them once more with every norm native; pre_ln native is the baseline, always run."""
     norms = {name: norm_preset(name) for name in presets}
@@ -151,17 +173,17 @@ def bench_step(rounds: int, presets: list[str]) -> None:
     variants |= norms
     variants |= {f"{n} native": {**norms[n], "impl": "native"} for n in TWINS if n in norms and n != "pre_ln"}
     fns = {name: make_step(*default_model_and_batch(norm), telemetry=None) for name, norm in variants.items()}
-    times = time_rounds(fns, rounds, inner=2, warmup=2)
-    base = times["pre_ln native"]
-    print(f"\nOne training step of the default model (conf/model/small.yaml, a 400-word batch), median of {rounds} "
-          f"alternating rounds, ratio to pre_ln with native LayerNorm ({1000 * base:.0f} ms):")  # fmt: skip
-    for name, t in times.items():
-        print(f"  {name:<20} {t / base:6.2f}   ({1000 * t:.0f} ms)")
+    samples = time_samples(fns, rounds, inner=2, warmup=2, clock=clock)
+    base = samples["pre_ln native"]
+    print(f"\nOne training step of the default model (conf/model/small.yaml, a 400-word batch), {clock} clock, {rounds} "
+          f"alternating rounds; ratio to pre_ln with native LayerNorm ({1000 * statistics.median(base):.0f} ms):")  # fmt: skip
+    for name, t in samples.items():
+        print(f"  {name:<20} {ratio(t, base):6.2f}   ({1000 * statistics.median(t):.0f} ms)")
     pairs = {f"{n} custom / native": (n, f"{n} native") for n in TWINS}
     pairs |= {"pre_rms / pre_ln, custom": ("pre_rms", "pre_ln"), "pre_rms / pre_ln, native": ("pre_rms native", "pre_ln native")}
     for name, (a, b) in pairs.items():
-        if a in times and b in times:
-            print(f"  {name:<28} {times[a] / times[b]:6.3f}")
+        if a in samples and b in samples:
+            print(f"  {name:<28} {ratio(samples[a], samples[b]):6.3f}")
 
 
 def norm_preset(name: str) -> dict:
@@ -251,6 +273,7 @@ def main() -> None:
     norms.add_argument("--no-step", dest="step", action="store_false", help="skip the training-step table")
     norms.add_argument("--presets", nargs="+", choices=NORM_PRESETS, default=NORM_PRESETS, help="norm presets of the step table")
     norms.add_argument("--step-rounds", type=int, default=None, help="rounds of the step table (default: max(rounds // 3, 3))")
+    norms.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: this process's CPU time (see CLOCKS)")
     tele = sub.add_parser("telemetry", help="step-time overhead of each telemetry preset vs off")
     tele.add_argument("--rounds", type=int, default=5)
     tele.add_argument("--window", type=int, default=50, help="consecutive steps per timing (light records once per 50)")
@@ -270,9 +293,9 @@ def main() -> None:
     if args.what == "telemetry":
         bench_telemetry(args.rounds, args.window, args.compile, args.dropout)
     if args.what == "norms":
-        bench_norms(args.kinds, args.dims, args.rows, args.rounds, args.compile)
+        bench_norms(args.kinds, args.dims, args.rows, args.rounds, args.compile, args.clock)
         if args.step:
-            bench_step(args.step_rounds or max(args.rounds // 3, 3), args.presets)
+            bench_step(args.step_rounds or max(args.rounds // 3, 3), args.presets, args.clock)
     print(f"load average (1, 5, 15 min) after: {os.getloadavg()}")
 
 
