@@ -82,23 +82,24 @@ class BatchNorm(BatchReadingNorm):
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         xr = wide(x[keep])  # (N, D): this rank's real tokens
         if self.training:
-            mean, var = self._train_statistics(xr)
+            xc, var = self._train_statistics(xr)
         else:
-            mean, var = wide(self.running_mean), wide(self.running_var)
-        y = (xr - mean) * torch.rsqrt(var + self.eps) * wide(self.weight)
+            xc, var = xr - wide(self.running_mean), wide(self.running_var)
+        y = xc * torch.rsqrt(var + self.eps) * wide(self.weight)
         return _scatter(x, keep, y if self.bias is None else y + wide(self.bias))
 
     def _train_statistics(self, xr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean (D,), biased variance (D,)) over the real tokens xr (N, D) of every rank; updates the running
-        buffers. Two passes (the sum, then the squares about the mean), each summed over the group, as one
-        process would compute them on the ranks' tokens together."""
-        sums = torch.cat([xr.sum(0), xr.new_tensor([xr.shape[0]])])  # (D + 1,): the channel sums, then N
-        if self.group is not None:
-            sums = dist_fn.all_reduce(sums, group=self.group)
-        n = int(sums[-1].item())
+        """(xr centred on the batch mean (N, D), biased variance (D,)) over the real tokens xr (N, D) of every
+        rank; updates the running buffers. Two passes (the sum, then the squares about the mean), each summed
+        over the group, as one process would compute them on the ranks' tokens together."""
+        n, sums = xr.shape[0], xr.sum(0)  # N, (D,): this rank's count (on the host: no sync) and channel sums
+        if self.group is not None:  # one collective for the sums and the count, which the check reads on the host
+            total = dist_fn.all_reduce(torch.cat([sums, xr.new_tensor([n])]), group=self.group)
+            sums, n = total[:-1], int(total[-1].item())
         _check_count(n)  # the same total on every rank: all raise together, none waits in a collective
-        mean = sums[:-1] / n
-        squares = (xr - mean).pow(2).sum(0)
+        mean = sums / n
+        xc = xr - mean  # (N, D), the output's too: one subtraction (and one backward through it), not two
+        squares = xc.pow(2).sum(0)
         if self.group is not None:
             squares = dist_fn.all_reduce(squares, group=self.group)
         var = squares / n
@@ -107,7 +108,7 @@ class BatchNorm(BatchReadingNorm):
             self.running_mean.copy_(MOMENTUM * mean + (1 - MOMENTUM) * self.running_mean)
             self.running_var.copy_(MOMENTUM * unbiased + (1 - MOMENTUM) * self.running_var)
             self.num_batches_tracked.add_(1)
-        return mean, var
+        return xc, var
 
     def batch_vs_running(self, x: torch.Tensor, keep: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """``mean``: the per-channel mean of this process's real tokens vs ``running_mean``; ``var``: their biased

@@ -2,6 +2,8 @@
 
     python -m scripts.bench norms                 # each norm kind x impl, eager and compiled, + a training step per preset
     python -m scripts.bench norms --no-compile --dims 256
+    python -m scripts.bench norms --kinds layernorm rmsnorm batchnorm --dims 64 256 512 --rows 2048 8192 \
+        --presets pre_ln pre_rms pre_bn           # RMSNorm / LayerNorm and custom / native, norm alone and in a step
     python -m scripts.bench telemetry             # step-time overhead of telemetry=light|full vs off
     python -m scripts.bench telemetry --compile --dropout 0.1   # the same with compiled layers, + inductor's own RNG
     python -m scripts.bench model                 # a training step, normlab vs torch.nn.Transformer (scripts/bench_model.py)
@@ -10,7 +12,8 @@
 Run from the repository root (``python -m`` puts it on the import path).
 
 Variants are timed in alternating rounds (A B C A B C ...) so that drift of a shared machine hits
-all of them alike; each figure is the median over rounds. Ratios > 1 are slower than the baseline.
+all of them alike; each time is the median over rounds, each ratio of ``norms`` the median of the
+per-round ratios. Ratios > 1 are slower than the baseline.
 """
 
 from pathlib import Path
@@ -19,9 +22,10 @@ if not __package__:  # run as a file (python scripts/x.py): it answers with the 
     import _as_module  # noqa: F401
 
 import argparse
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from contextlib import nullcontext
 
 import torch
@@ -30,7 +34,8 @@ from omegaconf import OmegaConf
 
 from data.batching import Batch
 from model.config import ModelConfig
-from model.norms import build_norm
+from model.kinds import NATIVE_KINDS
+from model.norms import BatchReadingNorm, build_norm
 from model.transformer import EncoderDecoder
 from scripts.bench_model import SIZES, bench_model
 from telemetry.config import TelemetryConfig
@@ -42,7 +47,7 @@ from training.step import StepOptions, train_step
 ROOT = Path(__file__).resolve().parents[1]
 NORM_PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
 
-# (kind, impl, bias) rows of the norm table; the first is the baseline.
+# (kind, impl, bias) rows of the norm table; the first is the baseline, measured whatever --kinds says.
 NORM_VARIANTS = [
     ("layernorm", "native", True),
     ("layernorm", "custom", True),
@@ -53,74 +58,132 @@ NORM_VARIANTS = [
     ("scalenorm", "custom", True),
     ("dyt", "custom", True),
     ("dyisru", "custom", True),
+    ("batchnorm", "native", True),
+    ("batchnorm", "custom", True),
 ]
+TOKEN_WISE = ["layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru"]  # --kinds' default: the norms that read one token
+# Presets also stepped with impl=native (every norm of the model native): one per kind of NATIVE_KINDS, and post-LN.
+TWINS = ("pre_ln", "post_ln", "pre_rms", "pre_bn")
+
+
+# What a round's time is measured on (--clock). cpu: this process's CPU time, all threads summed; with
+# OMP_NUM_THREADS=1 that is the wall time less the time other processes held the core.
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_samples(
+    fns: dict[Hashable, Callable[[], None]], rounds: int, inner: int, warmup: int = 3, clock: str = "wall"
+) -> dict[Hashable, list[float]]:
+    """Seconds per call of each fn in each of ``rounds`` rounds (the mean of ``inner`` calls), the fns
+    alternating within a round, after ``warmup`` calls of each (and compilation)."""
+    now = CLOCKS[clock]
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[Hashable, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = now()
+            for _ in range(inner):
+                fn()
+            samples[name].append((now() - t) / inner)
+    return samples
 
 
 def time_rounds(fns: dict[str, Callable[[], None]], rounds: int, inner: int, warmup: int = 3) -> dict[str, float]:
     """Median seconds per call of each fn, alternating fns within each round."""
-    for fn in fns.values():  # warm-up (and compilation)
-        for _ in range(warmup):
-            fn()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            samples[name].append((time.perf_counter() - t) / inner)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return {k: statistics.median(v) for k, v in time_samples(fns, rounds, inner, warmup).items()}
+
+
+def ratio(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a's time / b's time in the same round: a slow moment of a shared machine
+    hits both sides of each ratio."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
 def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
+    """Forward and backward of ``module`` on x (rows, d); a batch-reading norm gets x as one
+    sentence of ``rows`` real tokens (keep all True)."""
+    args = (x[None], torch.ones(1, x.shape[0], dtype=torch.bool)) if isinstance(module, BatchReadingNorm) else (x,)
+
     def run() -> None:
         x.grad = None
-        module(x).backward(g)
+        module(*args).backward(g.view_as(args[0]))
 
     return run
 
 
-def bench_norms(dims: list[int], rows: int, rounds: int, compile_: bool) -> None:
+def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds: int, compile_: bool, clock: str) -> None:
+    """Forward+backward time of each (kind, impl, bias) of ``NORM_VARIANTS`` whose kind is in ``kinds``, per
+    (rows, d), eager and (``compile_``) compiled; printed as a ratio to native LayerNorm (eager), then as the
+    ratios RMSNorm / LayerNorm (same impl) and custom / native (same kind)."""
     # Every compiled module and shape counts toward one shared recompile limit (default 8);
     # past it dynamo silently runs eager, which would show up as a "compiled" number.
     torch._dynamo.config.recompile_limit = 256
-    print(f"Forward+backward of one norm on a ({rows}, d) fp32 tensor, {torch.get_num_threads()} threads, "
-          f"device cpu; ratio to native LayerNorm (eager) at the same d.")  # fmt: skip
+    variants = [v for i, v in enumerate(NORM_VARIANTS) if i == 0 or v[0] in kinds]
     modes = ["eager", "compiled"] if compile_ else ["eager"]
-    header = f"{'kind':<10} {'impl':<7} {'bias':<5} " + " ".join(f"{f'd={d} {m}':>18}" for d in dims for m in modes)
-    print(header)
-    results: dict[tuple, dict[tuple, float]] = {v: {} for v in NORM_VARIANTS}
+    samples: dict[tuple, list[float]] = {}  # (kind, impl, bias, rows, d, mode) -> seconds per round
     for d in dims:
-        torch.manual_seed(0)
-        x = torch.randn(rows, d, requires_grad=True)
-        g = torch.randn(rows, d)
-        fns = {}
-        for kind, impl, bias in NORM_VARIANTS:
-            module = build_norm(kind, d, impl=impl, bias=bias)
-            fns[(kind, impl, bias, "eager")] = fwd_bwd(module, x, g)
-            if compile_:
-                fns[(kind, impl, bias, "compiled")] = fwd_bwd(torch.compile(module), x, g)
-        times = time_rounds(fns, rounds, inner=5)
-        base = times[("layernorm", "native", True, "eager")]
-        for (kind, impl, bias, mode), t in times.items():
-            results[(kind, impl, bias)][(d, mode)] = t / base
-    for (kind, impl, bias), r in results.items():
-        cells = " ".join(f"{r[(d, m)]:>18.2f}" for d in dims for m in modes)
-        print(f"{kind:<10} {impl:<7} {bias!s:<5} {cells}")
+        modules = {(kind, impl, bias): build_norm(kind, d, impl=impl, bias=bias) for kind, impl, bias in variants}
+        # Compiled once per d: the row count is dynamic, as a training run's varying batches make it after
+        # the first recompile. x[keep]'s data-dependent shape breaks a graph: batch-reading kinds run eager only.
+        compiled = {v: torch.compile(m) for v, m in modules.items() if compile_ and not isinstance(m, BatchReadingNorm)}
+        for rows in rows_list:
+            torch.manual_seed(0)
+            x = torch.randn(rows, d, requires_grad=True)
+            torch._dynamo.mark_dynamic(x, 0)
+            g = torch.randn(rows, d)
+            fns = {(*v, rows, d, "eager"): fwd_bwd(m, x, g) for v, m in modules.items()}
+            fns |= {(*v, rows, d, "compiled"): fwd_bwd(m, x, g) for v, m in compiled.items()}
+            samples |= time_samples(fns, rounds, inner=5, clock=clock)
+    for rows in rows_list:
+        print(f"\nForward+backward of one norm on a ({rows}, d) fp32 tensor, {torch.get_num_threads()} threads, "
+              f"device cpu, {clock} clock, {rounds} rounds; ratio to native LayerNorm (eager) at the same d.")  # fmt: skip
+        print(f"{'kind':<10} {'impl':<7} {'bias':<5} " + " ".join(f"{f'd={d} {m}':>18}" for d in dims for m in modes))
+        for kind, impl, bias in variants:
+            cells = [(samples.get((kind, impl, bias, rows, d, m)), samples[("layernorm", "native", True, rows, d, "eager")])
+                     for d in dims for m in modes]  # fmt: skip
+            text = " ".join(f"{'-':>18}" if t is None else f"{ratio(t, b):>18.2f}" for t, b in cells)
+            print(f"{kind:<10} {impl:<7} {bias!s:<5} {text}")
+    print_pair_ratios(samples, rows_list, dims, modes)
 
 
-def bench_step(rounds: int) -> None:
-    """One training step (forward, backward, AdamW) of the default model per norm preset."""
-    presets = {name: norm_preset(name) for name in NORM_PRESETS}
-    variants = {"pre_ln native": {**presets["pre_ln"], "impl": "native"}}
-    variants |= presets
-    variants |= {f"{n} native": {**presets[n], "impl": "native"} for n in ("post_ln", "pre_rms")}
+def print_pair_ratios(samples: dict[tuple, list[float]], rows_list: list[int], dims: list[int], modes: list[str]) -> None:
+    """RMSNorm / LayerNorm (bias) time per impl, and custom / native per kind, at each (rows, d, mode) where
+    both were measured."""
+    pairs = {f"RMS/LN {impl}": (("rmsnorm", impl, True), ("layernorm", impl, True)) for impl in ("native", "custom")}
+    pairs |= {f"{kind} c/n": ((kind, "custom", True), (kind, "native", True)) for kind in NATIVE_KINDS}
+    measured = {k[:3] for k in samples}
+    cols = {name: (a, b) for name, (a, b) in pairs.items() if a in measured and b in measured}
+    print("\nRatios of forward+backward times at the same rows, d and mode (> 1: the first is slower; c/n: custom / native):")
+    print(f"{'rows':>6} {'d':>5} {'mode':<9}" + "".join(f"{name:>16}" for name in cols))
+    for rows in rows_list:
+        for d in dims:
+            for m in modes:
+                cells = [(samples.get((*a, rows, d, m)), samples.get((*b, rows, d, m))) for a, b in cols.values()]
+                text = "".join(f"{'-':>16}" if None in c else f"{ratio(*c):>16.2f}" for c in cells)
+                print(f"{rows:>6} {d:>5} {m:<9}{text}")
+
+
+def bench_step(rounds: int, presets: list[str], clock: str) -> None:
+    """One training step (forward, backward, AdamW) of the default model per norm preset in ``presets``, and per
+    preset of ``TWINS`` among them once more with every norm native; pre_ln native is the baseline, always run."""
+    norms = {name: norm_preset(name) for name in presets}
+    variants = {"pre_ln native": {**norm_preset("pre_ln"), "impl": "native"}}
+    variants |= norms
+    variants |= {f"{n} native": {**norms[n], "impl": "native"} for n in TWINS if n in norms and n != "pre_ln"}
     fns = {name: make_step(*default_model_and_batch(norm), telemetry=None) for name, norm in variants.items()}
-    times = time_rounds(fns, rounds, inner=2)
-    base = times["pre_ln native"]
-    print(f"\nOne training step of the default model (conf/model/small.yaml, a 400-word batch), "
-          f"ratio to pre_ln with native LayerNorm ({1000 * base:.0f} ms):")  # fmt: skip
-    for name, t in times.items():
-        print(f"  {name:<20} {t / base:6.2f}   ({1000 * t:.0f} ms)")
+    samples = time_samples(fns, rounds, inner=2, warmup=2, clock=clock)
+    base = samples["pre_ln native"]
+    print(f"\nOne training step of the default model (conf/model/small.yaml, a 400-word batch), {clock} clock, {rounds} "
+          f"alternating rounds; ratio to pre_ln with native LayerNorm ({1000 * statistics.median(base):.0f} ms):")  # fmt: skip
+    for name, t in samples.items():
+        print(f"  {name:<20} {ratio(t, base):6.2f}   ({1000 * statistics.median(t):.0f} ms)")
+    pairs = {f"{n} custom / native": (n, f"{n} native") for n in TWINS}
+    pairs |= {"pre_rms / pre_ln, custom": ("pre_rms", "pre_ln"), "pre_rms / pre_ln, native": ("pre_rms native", "pre_ln native")}
+    for name, (a, b) in pairs.items():
+        if a in samples and b in samples:
+            print(f"  {name:<28} {ratio(samples[a], samples[b]):6.3f}")
 
 
 def norm_preset(name: str) -> dict:
@@ -201,11 +264,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     norms = sub.add_parser("norms", help="norm kinds x impls, and a training step per preset")
+    norms.add_argument("--kinds", nargs="+", choices=sorted({v[0] for v in NORM_VARIANTS}), default=TOKEN_WISE,
+                       help="norm kinds of the norm-alone tables (native LayerNorm, the baseline, always runs)")  # fmt: skip
     norms.add_argument("--dims", type=int, nargs="+", default=[256, 512, 1024])
-    norms.add_argument("--rows", type=int, default=8192, help="B*T rows of the benchmarked tensor")
+    norms.add_argument("--rows", type=int, nargs="+", default=[8192], help="B*T rows of the benchmarked tensor, one table each")
     norms.add_argument("--rounds", type=int, default=15)
     norms.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile")
     norms.add_argument("--no-step", dest="step", action="store_false", help="skip the training-step table")
+    norms.add_argument("--presets", nargs="+", choices=NORM_PRESETS, default=NORM_PRESETS, help="norm presets of the step table")
+    norms.add_argument("--step-rounds", type=int, default=None, help="rounds of the step table (default: max(rounds // 3, 3))")
+    norms.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: this process's CPU time (see CLOCKS)")
     tele = sub.add_parser("telemetry", help="step-time overhead of each telemetry preset vs off")
     tele.add_argument("--rounds", type=int, default=5)
     tele.add_argument("--window", type=int, default=50, help="consecutive steps per timing (light records once per 50)")
@@ -219,14 +287,16 @@ def main() -> None:
     model.add_argument("--rows", type=int, default=256, help="sentences per batch")
     model.add_argument("--length", type=int, default=16, help="src and tgt positions per sentence (padded)")
     args = parser.parse_args()
+    print(f"load average (1, 5, 15 min) before: {os.getloadavg()}, {os.cpu_count()} CPUs")
     if args.what == "model":
         bench_model(args.sizes, torch.device(args.device), args.rounds, args.compile, args.rows, args.length)
     if args.what == "telemetry":
         bench_telemetry(args.rounds, args.window, args.compile, args.dropout)
     if args.what == "norms":
-        bench_norms(args.dims, args.rows, args.rounds, args.compile)
+        bench_norms(args.kinds, args.dims, args.rows, args.rounds, args.compile, args.clock)
         if args.step:
-            bench_step(max(args.rounds // 3, 3))
+            bench_step(args.step_rounds or max(args.rounds // 3, 3), args.presets, args.clock)
+    print(f"load average (1, 5, 15 min) after: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

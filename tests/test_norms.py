@@ -56,9 +56,15 @@ def test_rmsnorm_reference_values():
     torch.testing.assert_close(y, torch.tensor([[1.0, 2.0, 3.0, 4.0]]) / 7.5**0.5, atol=1e-6, rtol=0)
 
 
-def test_layernorm_constant_row_is_zero_not_nan():
-    y = build_norm("layernorm", 16)(torch.full((2, 16), 5.0))
+def test_layernorm_constant_row_is_zero_not_nan_and_its_gradient_is_natives():
+    # The centred row is 0, so the variance's ||xc|| is 0, where vector_norm's derivative is undefined (torch: 0).
+    x, x2 = (torch.full((2, 16), 5.0, requires_grad=True) for _ in range(2))
+    y = build_norm("layernorm", 16)(x)
     assert torch.equal(y, torch.zeros(2, 16))
+    g = torch.randn(2, 16)
+    y.backward(g)
+    build_norm("layernorm", 16, impl="native")(x2).backward(g)
+    torch.testing.assert_close(x.grad, x2.grad)  # (g - mean(g)) / sqrt(eps): finite, and native's
 
 
 def test_layernorm_output_is_invariant_to_positive_row_scaling():
