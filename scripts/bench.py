@@ -4,6 +4,7 @@
     python -m scripts.bench norms --no-compile --dims 256
     python -m scripts.bench norms --kinds layernorm rmsnorm batchnorm --dims 64 256 512 --rows 2048 8192 \
         --presets pre_ln pre_rms pre_bn           # RMSNorm / LayerNorm and custom / native, norm alone and in a step
+    python -m scripts.bench norms --clock cpu --csv ratios.csv   # + those ratio tables as one CSV (RATIO_COLUMNS)
     python -m scripts.bench telemetry             # step-time overhead of telemetry=light|full vs off
     python -m scripts.bench telemetry --compile --dropout 0.1   # the same with compiled layers, + inductor's own RNG
     python -m scripts.bench model                 # a training step, normlab vs torch.nn.Transformer (scripts/bench_model.py)
@@ -22,6 +23,7 @@ if not __package__:  # run as a file (python scripts/x.py): it answers with the 
     import _as_module  # noqa: F401
 
 import argparse
+import csv
 import os
 import statistics
 import time
@@ -101,6 +103,34 @@ def ratio(a: list[float], b: list[float]) -> float:
     return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
+# Columns of ``norms --csv``, one row per ratio of the RMSNorm / LayerNorm and custom / native tables (``table``:
+# rms_over_ln, custom_over_native, step_rms_over_ln, step_custom_over_native). kind_or_preset: the kind (custom_over_native)
+# or preset (step_custom_over_native) whose impls are compared; impl: the impl both sides of an RMS / LN ratio use;
+# rows, d_model: the norm-alone tensor's shape (empty for a step); ratio: the median of per-round ratios, as printed,
+# ratio_q1/q3 its interquartile range; rounds: rounds of that table; load1_*: the 1-min load average around the run.
+RATIO_COLUMNS = ["table", "kind_or_preset", "impl", "mode", "rows", "d_model", "ratio", "ratio_q1", "ratio_q3", "rounds",
+                 "clock", "threads", "load1_before", "load1_after"]  # fmt: skip
+
+
+def ratio_row(table: str, a: list[float], b: list[float], **keys: str | int) -> dict:
+    """A row of ``RATIO_COLUMNS`` (less the run's columns) for a / b: the median of the per-round ratios
+    (what ``ratio`` gives) and their quartiles (statistics.quantiles, inclusive; one round: the ratio)."""
+    per_round = [x / y for x, y in zip(a, b, strict=True)]
+    q1, _, q3 = statistics.quantiles(per_round, n=4, method="inclusive") if len(per_round) > 1 else per_round * 3
+    return {"table": table, **keys, "ratio": ratio(a, b), "ratio_q1": q1, "ratio_q3": q3, "rounds": len(per_round)}
+
+
+def write_ratios_csv(path: Path, rows: list[dict], clock: str, load_before: float, load_after: float) -> None:
+    """``rows`` (from ``ratio_row``) as a CSV of ``RATIO_COLUMNS``, the ratios unrounded; the run's clock, torch
+    threads and 1-min load averages on each row."""
+    run = {"clock": clock, "threads": torch.get_num_threads(), "load1_before": load_before, "load1_after": load_after}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, RATIO_COLUMNS, restval="")
+        writer.writeheader()
+        writer.writerows(row | run for row in rows)
+
+
 def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
     """Forward and backward of ``module`` on x (rows, d); a batch-reading norm gets x as one
     sentence of ``rows`` real tokens (keep all True)."""
@@ -113,10 +143,10 @@ def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callab
     return run
 
 
-def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds: int, compile_: bool, clock: str) -> None:
+def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds: int, compile_: bool, clock: str) -> list[dict]:
     """Forward+backward time of each (kind, impl, bias) of ``NORM_VARIANTS`` whose kind is in ``kinds``, per
     (rows, d), eager and (``compile_``) compiled; printed as a ratio to native LayerNorm (eager), then as the
-    ratios RMSNorm / LayerNorm (same impl) and custom / native (same kind)."""
+    ratios RMSNorm / LayerNorm (same impl) and custom / native (same kind), which it returns (``ratio_row``s)."""
     # Every compiled module and shape counts toward one shared recompile limit (default 8);
     # past it dynamo silently runs eager, which would show up as a "compiled" number.
     torch._dynamo.config.recompile_limit = 256
@@ -145,29 +175,40 @@ def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds:
                      for d in dims for m in modes]  # fmt: skip
             text = " ".join(f"{'-':>18}" if t is None else f"{ratio(t, b):>18.2f}" for t, b in cells)
             print(f"{kind:<10} {impl:<7} {bias!s:<5} {text}")
-    print_pair_ratios(samples, rows_list, dims, modes)
+    return print_pair_ratios(samples, rows_list, dims, modes)
 
 
-def print_pair_ratios(samples: dict[tuple, list[float]], rows_list: list[int], dims: list[int], modes: list[str]) -> None:
+def print_pair_ratios(samples: dict[tuple, list[float]], rows_list: list[int], dims: list[int], modes: list[str]) -> list[dict]:
     """RMSNorm / LayerNorm (bias) time per impl, and custom / native per kind, at each (rows, d, mode) where
-    both were measured."""
-    pairs = {f"RMS/LN {impl}": (("rmsnorm", impl, True), ("layernorm", impl, True)) for impl in ("native", "custom")}
-    pairs |= {f"{kind} c/n": ((kind, "custom", True), (kind, "native", True)) for kind in NATIVE_KINDS}
+    both were measured; printed, and returned as ``ratio_row``s."""
+    pairs = {f"RMS/LN {impl}": (("rmsnorm", impl, True), ("layernorm", impl, True), "rms_over_ln", {"impl": impl})
+             for impl in ("native", "custom")}  # fmt: skip
+    pairs |= {f"{kind} c/n": ((kind, "custom", True), (kind, "native", True), "custom_over_native", {"kind_or_preset": kind})
+              for kind in NATIVE_KINDS}  # fmt: skip
     measured = {k[:3] for k in samples}
-    cols = {name: (a, b) for name, (a, b) in pairs.items() if a in measured and b in measured}
+    cols = {name: pair for name, pair in pairs.items() if pair[0] in measured and pair[1] in measured}
     print("\nRatios of forward+backward times at the same rows, d and mode (> 1: the first is slower; c/n: custom / native):")
     print(f"{'rows':>6} {'d':>5} {'mode':<9}" + "".join(f"{name:>16}" for name in cols))
+    out = []
     for rows in rows_list:
         for d in dims:
             for m in modes:
-                cells = [(samples.get((*a, rows, d, m)), samples.get((*b, rows, d, m))) for a, b in cols.values()]
-                text = "".join(f"{'-':>16}" if None in c else f"{ratio(*c):>16.2f}" for c in cells)
+                text = ""
+                for a, b, table, keys in cols.values():
+                    ta, tb = samples.get((*a, rows, d, m)), samples.get((*b, rows, d, m))
+                    if ta is None or tb is None:  # batch-reading kinds have no compiled mode
+                        text += f"{'-':>16}"
+                        continue
+                    out.append(ratio_row(table, ta, tb, **keys, mode=m, rows=rows, d_model=d))
+                    text += f"{out[-1]['ratio']:>16.2f}"
                 print(f"{rows:>6} {d:>5} {m:<9}{text}")
+    return out
 
 
-def bench_step(rounds: int, presets: list[str], clock: str) -> None:
+def bench_step(rounds: int, presets: list[str], clock: str) -> list[dict]:
     """One training step (forward, backward, AdamW) of the default model per norm preset in ``presets``, and per
-    preset of ``TWINS`` among them once more with every norm native; pre_ln native is the baseline, always run."""
+    preset of ``TWINS`` among them once more with every norm native; pre_ln native is the baseline, always run.
+    Returns the custom / native and pre_rms / pre_ln ratios it prints last (``ratio_row``s)."""
     norms = {name: norm_preset(name) for name in presets}
     variants = {"pre_ln native": {**norm_preset("pre_ln"), "impl": "native"}}
     variants |= norms
@@ -179,18 +220,23 @@ def bench_step(rounds: int, presets: list[str], clock: str) -> None:
           f"alternating rounds; ratio to pre_ln with native LayerNorm ({1000 * statistics.median(base):.0f} ms):")  # fmt: skip
     for name, t in samples.items():
         print(f"  {name:<20} {ratio(t, base):6.2f}   ({1000 * statistics.median(t):.0f} ms)")
-    pairs = {f"{n} custom / native": (n, f"{n} native") for n in TWINS}
-    pairs |= {"pre_rms / pre_ln, custom": ("pre_rms", "pre_ln"), "pre_rms / pre_ln, native": ("pre_rms native", "pre_ln native")}
-    for name, (a, b) in pairs.items():
+    pairs = {f"{n} custom / native": (n, f"{n} native", "step_custom_over_native", {"kind_or_preset": n}) for n in TWINS}
+    pairs |= {f"pre_rms / pre_ln, {impl}": (f"pre_rms{suffix}", f"pre_ln{suffix}", "step_rms_over_ln", {"impl": impl})
+              for impl, suffix in (("custom", ""), ("native", " native"))}  # fmt: skip
+    out = []
+    for name, (a, b, table, keys) in pairs.items():
         if a in samples and b in samples:
-            print(f"  {name:<28} {ratio(samples[a], samples[b]):6.3f}")
+            out.append(ratio_row(table, samples[a], samples[b], **keys, mode="eager"))
+            print(f"  {name:<28} {out[-1]['ratio']:6.3f}")
+    return out
 
 
 def norm_preset(name: str) -> dict:
     """The ``norm`` keys of preset ``name`` as Hydra composes them (a preset file states only what
-    differs from conf/norm_base.yaml)."""
+    differs from conf/norm_base.yaml), resolved as a run resolves them: powernorm_warmup and powernorm_groups
+    interpolate the default config's schedule.warmup_steps and model.n_heads."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm)
+        return OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm, resolve=True)
 
 
 def default_model_and_batch(norm: dict | None = None, dropout: float | None = None) -> tuple[EncoderDecoder, Batch]:
@@ -274,6 +320,7 @@ def main() -> None:
     norms.add_argument("--presets", nargs="+", choices=NORM_PRESETS, default=NORM_PRESETS, help="norm presets of the step table")
     norms.add_argument("--step-rounds", type=int, default=None, help="rounds of the step table (default: max(rounds // 3, 3))")
     norms.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: this process's CPU time (see CLOCKS)")
+    norms.add_argument("--csv", type=Path, default=None, help="also write the ratio tables to this CSV (see RATIO_COLUMNS)")
     tele = sub.add_parser("telemetry", help="step-time overhead of each telemetry preset vs off")
     tele.add_argument("--rounds", type=int, default=5)
     tele.add_argument("--window", type=int, default=50, help="consecutive steps per timing (light records once per 50)")
@@ -287,16 +334,21 @@ def main() -> None:
     model.add_argument("--rows", type=int, default=256, help="sentences per batch")
     model.add_argument("--length", type=int, default=16, help="src and tgt positions per sentence (padded)")
     args = parser.parse_args()
-    print(f"load average (1, 5, 15 min) before: {os.getloadavg()}, {os.cpu_count()} CPUs")
+    load_before = os.getloadavg()
+    print(f"load average (1, 5, 15 min) before: {load_before}, {os.cpu_count()} CPUs")
     if args.what == "model":
         bench_model(args.sizes, torch.device(args.device), args.rounds, args.compile, args.rows, args.length)
     if args.what == "telemetry":
         bench_telemetry(args.rounds, args.window, args.compile, args.dropout)
     if args.what == "norms":
-        bench_norms(args.kinds, args.dims, args.rows, args.rounds, args.compile, args.clock)
+        ratios = bench_norms(args.kinds, args.dims, args.rows, args.rounds, args.compile, args.clock)
         if args.step:
-            bench_step(args.step_rounds or max(args.rounds // 3, 3), args.presets, args.clock)
-    print(f"load average (1, 5, 15 min) after: {os.getloadavg()}")
+            ratios += bench_step(args.step_rounds or max(args.rounds // 3, 3), args.presets, args.clock)
+    load_after = os.getloadavg()
+    print(f"load average (1, 5, 15 min) after: {load_after}")
+    if args.what == "norms" and args.csv:
+        write_ratios_csv(args.csv, ratios, args.clock, load_before[0], load_after[0])
+        print(f"ratios written to {args.csv}")
 
 
 if __name__ == "__main__":

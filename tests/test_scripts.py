@@ -1,8 +1,9 @@
 """scripts/ run as modules from the repository root (``python -m scripts.report DIR``) with no edits of
 ``sys.path``; the report's reusable code lives in the ``analysis`` package; every documented command
-uses that form; bench composes the norm presets as Hydra does."""
+uses that form; bench composes the norm presets as Hydra does, and its --csv holds the ratios it prints."""
 
 import ast
+import csv
 import os
 import re
 import subprocess
@@ -72,4 +73,60 @@ def test_bench_composes_each_norm_preset_as_a_run_does():
 
     assert "_base" not in NORM_PRESETS and {"pre_ln", "post_rms", "deepnorm"} <= set(NORM_PRESETS)
     off = {"qk": None, "v": None, "blocks": None, "mix_ln_alpha": 0.25, "decoder_batch_stats": False}  # the keys added since
+    # resolved: the default config's schedule.warmup_steps (conf/schedule/warmup_linear.yaml) and model.n_heads (small.yaml)
+    off |= {"powernorm_warmup": 200, "powernorm_groups": 4}
     assert norm_preset("post_rms") == {"kind": "rmsnorm", "impl": "custom", "placement": "post", "eps": 1e-5, "bias": True, **off}
+
+
+def test_bench_norms_csv_holds_each_ratio_it_prints(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from data.batching import Batch
+    from scripts import bench
+
+    full = bench.default_model_and_batch
+
+    def eight_words(norm=None, dropout=None):  # the step table's code on 8 of the batch's 400 words: seconds, not minutes
+        model, b = full(norm, dropout)
+        return model, Batch(b.src[:8], b.tgt_in[:8], b.tgt_out[:8], b.index[:8], 8 * b.tgt_out.shape[1])
+
+    monkeypatch.setattr(bench, "default_model_and_batch", eight_words)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", torch._dynamo.config.recompile_limit)  # bench raises it
+    path = tmp_path / "new" / "ratios.csv"
+    argv = "norms --kinds layernorm rmsnorm batchnorm --dims 16 32 --rows 64 --rounds 3 --no-compile --step-rounds 2"
+    monkeypatch.setattr(sys, "argv", ["bench", *argv.split(), "--presets", "pre_ln", "pre_rms", "pre_bn", "--clock", "cpu",
+                                      "--csv", str(path)])  # fmt: skip
+    bench.main()
+    out = capsys.readouterr().out
+
+    # What it printed, keyed as the CSV's rows: (table, kind_or_preset, impl, mode, rows, d_model) -> the ratio's text.
+    printed = {}
+    header = out[out.index("\nRatios of forward+backward") :].splitlines()[2]
+    names = re.findall(r"RMS/LN \w+|\w+ c/n", header)
+    for rows, d, mode, cells in re.findall(r"^ +(\d+) +(\d+) (eager|compiled) +(.*)$", out, re.M):
+        for name, cell in zip(names, cells.split(), strict=True):
+            what, impl = name.split()
+            pair = ("rms_over_ln", "", impl) if what == "RMS/LN" else ("custom_over_native", what, "")
+            printed[(*pair, mode, rows, d)] = cell
+    for preset, cell in re.findall(r"^  (\w+) custom / native +(\S+)$", out, re.M):
+        printed[("step_custom_over_native", preset, "", "eager", "", "")] = cell
+    for impl, cell in re.findall(r"^  pre_rms / pre_ln, (\w+) +(\S+)$", out, re.M):
+        printed[("step_rms_over_ln", "", impl, "eager", "", "")] = cell
+
+    with path.open(encoding="utf-8", newline="") as f:
+        assert f.readline().strip() == ("table,kind_or_preset,impl,mode,rows,d_model,ratio,ratio_q1,ratio_q3,rounds,"
+                                        "clock,threads,load1_before,load1_after")  # fmt: skip
+        f.seek(0)
+        records = list(csv.DictReader(f))
+    written = {}
+    for r in records:
+        key = (r["table"], r["kind_or_preset"], r["impl"], r["mode"], r["rows"], r["d_model"])
+        step = r["table"].startswith("step_")
+        written[key] = f"{float(r['ratio']):.{3 if step else 2}f}"  # printed with 3 decimals in the step table, 2 above
+        assert r["rounds"] == ("2" if step else "3") and r["clock"] == "cpu"
+        assert float(r["ratio_q1"]) <= float(r["ratio"]) <= float(r["ratio_q3"])
+    # RMS/LN: impl x d; c/n: kind x d; step c/n: preset; step RMS/LN: impl
+    assert len(records) == len(written) == 2 * 2 + 3 * 2 + 3 + 2
+    assert written == printed
+    loads = re.findall(r"^load average \(1, 5, 15 min\) (?:before|after): \(([\d.]+),", out, re.M)
+    assert {(r["load1_before"], r["load1_after"]) for r in records} == {tuple(loads)}
