@@ -11,7 +11,17 @@ import sys
 
 from tests.conftest import ROOT
 
-SCRIPTS = ("report", "report_lrs", "bench", "predict", "plot_scales", "wandb_workspace", "probe", "powernorm_reference")
+SCRIPTS = (
+    "report",
+    "report_lrs",
+    "bench",
+    "predict",
+    "plot_scales",
+    "wandb_workspace",
+    "probe",
+    "powernorm_reference",
+    "report_batch_vs_layer",
+)
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 
 
