@@ -3,17 +3,24 @@ batch size, and the contrasts Shen et al. 2020 ("PowerNorm", ICML, arXiv 2003.07
 
     python -m scripts.report_batch_vs_layer SWEEP_DIR [--out DIR]    # from the repository root; DIR: SWEEP_DIR/report
 
-An arm is the encoder's norm kind (``norm.kind``; the decoder is LayerNorm), ``<kind>_both`` where the kind is in both
-stacks (``norm.decoder_batch_stats``): the options of ``conf/batch_vs_layer/``. CSVs, written with the ``csv`` module
-(empty field: no value; floats at full precision):
+An arm is the encoder's norm kind (``norm.kind``; the decoder is LayerNorm), ``<kind>_both`` where the kind is in
+both stacks (``norm.decoder_batch_stats`` and no ``norm.blocks``): the options of ``conf/batch_vs_layer/``. CSVs,
+written with the ``csv`` module (empty field: no value; floats at full precision):
 
-- ``runs.csv``: one row per run: ``arm, max_tokens, seed, state``, then each of :data:`METRICS`;
-- ``summary.csv``: one row per (arm, max_tokens, metric) over the finished runs: ``n, mean, stderr``, then the
-  arm minus ``layernorm`` at the same batch size, paired by seed (``diff_mean, diff_ci95_lo, diff_ci95_hi, pairs,
-  significant``; empty in LayerNorm's rows and where a metric has no value);
+- ``runs.csv``: one row per run: ``arm, max_tokens, seed, state``, then each of :data:`METRICS` (``test/per``,
+  ``test/wer``, ``best_val_loss``, ``final_val_loss``: the last ``val/loss``; ``final_val_loss_batch_stats``: the
+  last ``val/loss_batch_stats``, for a model without batch-reading norms its ``val/loss``; ``train_eval_gap``: the
+  one minus the other where logged; ``first_norm_<stat>``: the mean over the run's records of
+  ``bstat/enc.0.self_attn.norm_in/<stat>``);
+- ``summary.csv``: one row per (arm, max_tokens, metric) that some finished run has a value of: ``runs`` (the cell's
+  runs), ``finished``, ``n`` (finished runs with a value), ``mean, stderr, ci95_lo, ci95_hi`` (the t interval of
+  the mean), then the arm minus ``layernorm`` at the same batch size, paired by seed (``diff_mean, diff_ci95_lo,
+  diff_ci95_hi, pairs, significant``; empty in LayerNorm's rows and where LayerNorm has no value). Only finished
+  runs enter the statistics: ``finished`` < ``runs`` says some did not;
 - ``contrasts.csv``: ``contrast, metric, pairs, diff_mean, diff_ci95_lo, diff_ci95_hi, significant`` for
   ``<arm> - layernorm: small - large batch`` (does the small batch hurt the arm more than LayerNorm? the difference
-  of the two paired differences, seed by seed) and ``powernorm - batchnorm at <max_tokens>``.
+  of the two paired differences, seed by seed) and ``powernorm - batchnorm at <max_tokens>``; a contrast without a
+  seed in common is left out.
 
 Intervals: the paired t test of ``analysis.paired.paired_difference`` (95 %, n - 1 dof; a degenerate zero-spread set
 of pairs has none and is not significant).
@@ -33,7 +40,8 @@ from analysis.csvs import write_csv
 from analysis.load import ReportError, load_runs
 from analysis.paired import PairedDifference, paired_difference
 from analysis.runs import Run
-from analysis.stats import mean_stderr
+from analysis.stats import mean_stderr, t_interval
+from model.kinds import BATCH_READING_KINDS
 
 BASELINE = "layernorm"
 FIRST_NORM = "self_attn.norm_in"  # the first norm of encoder block 0 under pre-LN: where Shen et al.'s Fig. 2 measures
@@ -44,6 +52,14 @@ def _last(run: Run, metric: str) -> float | None:
     return values[-1] if values else None
 
 
+def _with_batch_stats(run: Run) -> float | None:
+    """The last validation loss with each batch's own statistics (``val/loss_batch_stats``); a run without a
+    batch-reading norm logs none and its plain ``val/loss`` is that loss (its norms read no batch)."""
+    if run.config.get("norm.kind") in BATCH_READING_KINDS or "val/loss_batch_stats" in run.series:
+        return _last(run, "val/loss_batch_stats")
+    return _last(run, "val/loss")
+
+
 def _gap(run: Run) -> float | None:
     """The train/eval gap at the last validation: ``val/loss_batch_stats - val/loss`` (nats per target token)."""
     batch, running = _last(run, "val/loss_batch_stats"), _last(run, "val/loss")
@@ -51,13 +67,13 @@ def _gap(run: Run) -> float | None:
 
 
 def _fluctuation(stat: str) -> Callable[[Run], float | None]:
-    """The mean over the run's telemetry records of ``bstat/enc.0.self_attn.norm_in/<stat>``: Shen et al.'s
-    (1/d) ||batch statistic - running statistic|| at the first norm, averaged over training."""
+    """The mean over the run's telemetry records after step 1 of ``bstat/enc.0.self_attn.norm_in/<stat>``: Shen et
+    al.'s (1/d) ||batch statistic - running statistic|| at the first norm, averaged over training. Step 1 is left
+    out: its running statistics are the initial buffers (0 and 1), not a running estimate."""
 
     def get(run: Run) -> float | None:
-        values = [
-            v for rec in run.profile(stat).values() for site, v in rec.items() if (site.depth, site.site) == (0, FIRST_NORM)
-        ]
+        records = [rec for step, rec in run.profile(stat).items() if step > 1]
+        values = [v for rec in records for site, v in rec.items() if (site.depth, site.site) == (0, FIRST_NORM)]
         return statistics.fmean(values) if values else None
 
     return get
@@ -68,31 +84,41 @@ METRICS: dict[str, Callable[[Run], float | None]] = {
     "test/wer": lambda r: r.final("test/wer"),
     "best_val_loss": lambda r: r.best("val/loss"),
     "final_val_loss": lambda r: _last(r, "val/loss"),
+    "final_val_loss_batch_stats": _with_batch_stats,
     "train_eval_gap": _gap,
     **{f"first_norm_{stat}": _fluctuation(stat) for stat in ("mean_dist", "var_dist", "phi_dist")},
 }
 
 
 def arm(run: Run) -> str:
-    """The run's arm: its encoder norm kind, ``<kind>_both`` when the decoder has it too."""
+    """The run's arm: its encoder norm kind, ``<kind>_both`` when the decoder has it too (the flag that allows it,
+    and no ``norm.blocks`` giving the decoder another kind)."""
     kind = run.config.get("norm.kind")
-    return f"{kind}_both" if run.config.get("norm.decoder_batch_stats") else str(kind)
+    both = run.config.get("norm.decoder_batch_stats") and not run.config.get("norm.blocks")
+    return f"{kind}_both" if both else str(kind)
 
 
 Cell = tuple[str, int]  # (arm, max_tokens)
 
 
 def cells(runs: list[Run]) -> dict[Cell, list[Run]]:
-    """The finished runs by (arm, max_tokens), in sorted order."""
+    """Every run by (arm, max_tokens), in sorted order.
+
+    Raises:
+        ReportError: two runs of one cell with the same seed (a re-run, or a sweep given twice), or one without a seed.
+    """
     out: dict[Cell, list[Run]] = {}
     for run in runs:
-        if run.finished:
-            out.setdefault((arm(run), run.config.get("trainer.max_tokens")), []).append(run)
+        cell = (arm(run), run.config.get("trainer.max_tokens"))
+        if run.seed is None or run.seed in {r.seed for r in out.get(cell, [])}:
+            raise ReportError(f"{run.label}: seed {run.seed!r} is missing or repeated in arm {cell[0]} at {cell[1]} tokens")
+        out.setdefault(cell, []).append(run)
     return dict(sorted(out.items()))
 
 
 def by_seed(runs: list[Run], metric: str) -> dict[Hashable, float]:
-    return {r.seed: v for r in runs if (v := METRICS[metric](r)) is not None}
+    """seed -> the metric's value, over the finished runs with one."""
+    return {r.seed: v for r in runs if r.finished and (v := METRICS[metric](r)) is not None}
 
 
 def _paired_fields(diff: PairedDifference | None) -> list[object]:
@@ -110,9 +136,12 @@ def summary_rows(groups: dict[Cell, list[Run]]) -> list[list[object]]:
             if not values:
                 continue
             mean, stderr = mean_stderr(list(values.values()))
+            lo, hi = t_interval(list(values.values())) or ("", "")
             base = by_seed(groups.get((BASELINE, tokens), []), metric)
             diff = paired_difference(values, base) if name != BASELINE and base else None
-            rows.append([name, tokens, metric, len(values), mean, "" if stderr is None else stderr, *_paired_fields(diff)])
+            finished = sum(r.finished for r in runs)
+            rows.append([name, tokens, metric, len(runs), finished, len(values), mean, "" if stderr is None else stderr,
+                         lo, hi, *_paired_fields(diff)])  # fmt: skip
     return rows
 
 
@@ -133,12 +162,12 @@ def contrast_rows(groups: dict[Cell, list[Run]]) -> list[list[object]]:
                         by_seed(groups.get((BASELINE, tokens), []), metric),
                     )
                     per_size.append({s: values[s] - base[s] for s in values if s in base})
-                if per_size[0] and per_size[1]:
+                if set(per_size[0]) & set(per_size[1]):
                     diff = paired_difference(*per_size)
                     rows.append([f"{name} - {BASELINE}: {small} - {large} tokens", metric, *_reorder(diff)])
         for tokens in sizes:
             pn, bn = (by_seed(groups.get((k, tokens), []), metric) for k in ("powernorm", "batchnorm"))
-            if pn and bn:
+            if set(pn) & set(bn):
                 rows.append([f"powernorm - batchnorm at {tokens} tokens", metric, *_reorder(paired_difference(pn, bn))])
     return rows
 
@@ -157,7 +186,11 @@ def write_csvs(runs: list[Run], out: Path) -> list[Path]:
     paired = ["diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant"]
     return [
         write_csv(out / "runs.csv", ["arm", "max_tokens", "seed", "state", *METRICS], run_rows),
-        write_csv(out / "summary.csv", ["arm", "max_tokens", "metric", "n", "mean", "stderr", *paired], summary_rows(groups)),
+        write_csv(
+            out / "summary.csv",
+            ["arm", "max_tokens", "metric", "runs", "finished", "n", "mean", "stderr", "ci95_lo", "ci95_hi", *paired],
+            summary_rows(groups),
+        ),  # fmt: skip
         write_csv(
             out / "contrasts.csv",
             ["contrast", "metric", "pairs", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "significant"],

@@ -56,12 +56,17 @@ def test_runs_summary_and_contrasts_by_hand(sweep: Path, tmp_path: Path) -> None
     bn = runs["batchnorm", "256", "1"]
     assert float(bn["final_val_loss"]) == pytest.approx(1.6) and float(bn["best_val_loss"]) == pytest.approx(1.6)
     assert float(bn["train_eval_gap"]) == pytest.approx(0.5)  # 0.25 * (1 + seed), at the last validation
-    assert float(bn["first_norm_mean_dist"]) == pytest.approx((0.1 + 0.3) * 2 / 2)  # the mean over records, first norm only
+    assert float(bn["first_norm_mean_dist"]) == pytest.approx(0.3 * 2)  # records after step 1, first norm only
     assert bn["first_norm_phi_dist"] == "" and runs["layernorm", "256", "0"]["train_eval_gap"] == ""
-    assert float(runs["powernorm", "256", "2"]["first_norm_phi_dist"]) == pytest.approx(0.6)
+    assert float(bn["final_val_loss_batch_stats"]) == pytest.approx(2.1)  # 1.6 + 0.5
+    ln = runs["layernorm", "256", "2"]  # no batch-reading norm: its val/loss is the loss with batch statistics
+    assert float(ln["final_val_loss_batch_stats"]) == float(ln["final_val_loss"]) == pytest.approx(1.7)
+    assert float(runs["powernorm", "256", "2"]["first_norm_phi_dist"]) == pytest.approx(0.9)
     summary = read(tmp_path / "out" / "summary.csv", "arm", "max_tokens", "metric")
     row = summary["batchnorm", "256", "test/per"]
-    assert (row["n"], float(row["mean"])) == ("3", pytest.approx(0.74))
+    assert (row["runs"], row["finished"], row["n"], float(row["mean"])) == ("3", "3", "3", pytest.approx(0.74))
+    sd = (sum((v - 0.74) ** 2 for v in (0.70, 0.75, 0.77)) / 2) ** 0.5  # the t interval of the mean
+    assert float(row["ci95_hi"]) - 0.74 == pytest.approx(4.302652729911275 * sd / 3**0.5)
     # minus LayerNorm at 256 tokens, seed by seed: 0.20, 0.23, 0.23 -> mean 0.22, sd 0.01732, t(0.975, 2) = 4.3027
     half = 4.302652729911275 * 0.017320508075688773 / 3**0.5
     assert float(row["diff_mean"]) == pytest.approx(0.22)
@@ -78,6 +83,17 @@ def test_runs_summary_and_contrasts_by_hand(sweep: Path, tmp_path: Path) -> None
     pn_bn = contrasts["powernorm - batchnorm at 256 tokens", "test/per"]
     assert float(pn_bn["diff_mean"]) == pytest.approx((0.55 + 0.56 + 0.60 - 0.70 - 0.75 - 0.77) / 3)
     assert ("powernorm - batchnorm at 1024 tokens", "test/per") not in contrasts
+
+
+def test_an_unfinished_run_is_counted_not_averaged_and_a_repeated_seed_is_an_error(sweep: Path, tmp_path: Path) -> None:
+    cfg = config("pre", "batchnorm", 3, **{"trainer.max_tokens": 256})
+    write_run(sweep / "batchnorm,256,3", cfg, rows("batchnorm", 3), {"state": "diverged", "step": 40})
+    assert bvl.main([str(sweep), "--out", str(tmp_path / "out")]) == 0
+    row = read(tmp_path / "out" / "summary.csv", "arm", "max_tokens", "metric")["batchnorm", "256", "test/per"]
+    assert (row["runs"], row["finished"], row["n"], float(row["mean"])) == ("4", "3", "3", pytest.approx(0.74))
+    write_run(sweep / "again", config("pre", "batchnorm", 0, **{"trainer.max_tokens": 256}), rows("batchnorm", 0), finished(0.1))
+    with pytest.raises(bvl.ReportError, match=r"seed 0 is missing or repeated in arm batchnorm at 256 tokens"):
+        bvl.write_csvs(bvl.load_runs([sweep]), tmp_path)
 
 
 def test_no_runs_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

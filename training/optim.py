@@ -20,7 +20,8 @@ def build_optimizer(
     biases would pull the norms being studied toward zero. WeightNorm's g (``model.weight_norm``), a
     per-row gain of shape (out, 1), gets none either; its v, the direction, is decayed as a matrix: the
     output does not depend on ||v||, so decay only shrinks ||v||, which enlarges the step on the direction
-    (the gradient w.r.t. v scales as g / ||v||, Salimans & Kingma 2016, arXiv 1602.07868, sec. 2.1).
+    (under AdamW an update's size does not follow the gradient's scale, so the angle it turns v / ||v|| by
+    grows as lr / ||v||; Salimans & Kingma 2016, arXiv 1602.07868, sec. 2.1, make the SGD form of the point).
     """
     gains = {id(p) for p in weight_norm_gains(model)}
     decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in gains]

@@ -207,10 +207,12 @@ def norm_sites(model: EncoderDecoder) -> Iterator[tuple[str, str, nn.Module]]:
 @contextmanager
 def _norms_training(model: EncoderDecoder, norms: Sequence[nn.Module]) -> Iterator[Callable[[], None]]:
     """Within the context, ``norms`` are in training mode and every other module in eval mode (dropout off, the
-    model's only other train/eval difference); yields a function that puts every buffer back to its value on
-    entry. On exit the buffers and every module's mode are put back."""
+    model's only other train/eval difference), and every batch-reading norm reads this process's tokens only
+    (``group`` None: a probe runs in one process); yields a function that puts every buffer back to its value on
+    entry. On exit the buffers, every module's mode and the norms' groups are put back."""
     modes = [(m, m.training) for m in model.modules()]
     saved = [(b, b.clone()) for b in model.buffers()]
+    groups = [(m, m.group) for m in model.modules() if isinstance(m, BatchReadingNorm)]
 
     def restore() -> None:
         for b, value in saved:
@@ -219,12 +221,16 @@ def _norms_training(model: EncoderDecoder, norms: Sequence[nn.Module]) -> Iterat
     model.eval()
     for norm in norms:
         norm.train()
+    for m, _ in groups:
+        m.group = None
     try:
         yield restore
     finally:
         restore()
         for m, training in modes:
             m.training = training
+        for m, group in groups:
+            m.group = group
 
 
 def _pad_to(t: torch.Tensor, length: int) -> torch.Tensor:
