@@ -17,8 +17,8 @@ from torch import nn
 
 from data.batching import Batch, Seq2SeqData, collate, make_batches
 from data.tokenizer import PAD_ID
+from model.batch_reading import BatchReadingNorm, batch_statistics
 from model.config import BlockNorm, ModelConfig
-from model.norms import BatchReadingNorm
 from model.transformer import EncoderDecoder
 from runlog.metric_names import NORM_SLOTS, RESIDUALS, STACKS, site_name
 from training.evaluate import evaluate_loss
@@ -205,32 +205,26 @@ def norm_sites(model: EncoderDecoder) -> Iterator[tuple[str, str, nn.Module]]:
 
 
 @contextmanager
-def _norms_training(model: EncoderDecoder, norms: Sequence[nn.Module]) -> Iterator[Callable[[], None]]:
-    """Within the context, ``norms`` are in training mode and every other module in eval mode (dropout off, the
-    model's only other train/eval difference), and every batch-reading norm reads this process's tokens only
-    (``group`` None: a probe runs in one process); yields a function that puts every buffer back to its value on
-    entry. On exit the buffers, every module's mode and the norms' groups are put back."""
+def _norms_training(model: EncoderDecoder) -> Iterator[Callable[[], None]]:
+    """Within the context, the model is in eval mode (dropout off, the model's only train/eval difference but the
+    batch-reading norms') and its batch-reading norms normalize by the batch, over this process's tokens
+    (``model.batch_reading.batch_statistics``: a probe runs in one process); yields a function that puts every
+    buffer back to its value on entry. On exit the buffers and every module's mode are put back."""
     modes = [(m, m.training) for m in model.modules()]
     saved = [(b, b.clone()) for b in model.buffers()]
-    groups = [(m, m.group) for m in model.modules() if isinstance(m, BatchReadingNorm)]
 
     def restore() -> None:
         for b, value in saved:
             b.copy_(value)
 
     model.eval()
-    for norm in norms:
-        norm.train()
-    for m, _ in groups:
-        m.group = None
     try:
-        yield restore
+        with batch_statistics(model):
+            yield restore
     finally:
         restore()
         for m, training in modes:
             m.training = training
-        for m, group in groups:
-            m.group = group
 
 
 def _pad_to(t: torch.Tensor, length: int) -> torch.Tensor:
@@ -270,7 +264,7 @@ def batch_dependence(model: EncoderDecoder, batch_a: Batch, batch_b: Batch, kept
     if not 1 <= kept < rows:
         raise ValueError(f"kept={kept} is invalid for batches of {rows} rows; valid: 1..{rows - 1}")
     sites = list(norm_sites(model))
-    with _norms_training(model, [norm for _, _, norm in sites]) as restore:
+    with _norms_training(model) as restore:
         xa, ka = _site_inputs(model, sites, batch_a)
         restore()  # batch_b's pass from the same buffers (PowerNorm after its warmup normalizes by a running one)
         xb, kb = _site_inputs(model, sites, batch_b)
