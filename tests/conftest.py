@@ -41,6 +41,21 @@ def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig
     return replace(validate(cfg).model, src_vocab=src_vocab, tgt_vocab=tgt_vocab, pad_id=PAD_ID)
 
 
+def fit_losses(
+    model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, opt: torch.optim.Optimizer, steps: int
+) -> list[float]:
+    """The teacher-forced cross-entropy of ``steps`` optimizer steps on one batch: src (B, S), tgt (B, T) whose
+    first T - 1 positions are the decoder input and last T - 1 the targets (no padding)."""
+    losses = []
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(model(src, tgt[:, :-1]).flatten(0, 1), tgt[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def scheduled_lrs(peak: float, warmup: int, max_steps: int, n: int, decay: str, start: int = 0,
                   loaded_lr: float | None = None) -> list[float]:  # fmt: skip
     """The lr of updates start + 1 .. start + n of a run's schedule, replayed to ``start`` as a resume

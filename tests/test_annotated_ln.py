@@ -3,13 +3,12 @@ pinned against a hand computation and against ``nn.LayerNorm``; a tiny model tra
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from model.config import ModelConfig, NormConfig
 from model.norms import AnnotatedLayerNorm, build_norm
 from model.transformer import EncoderDecoder
-from tests.conftest import make_cfg, model_config
+from tests.conftest import fit_losses, make_cfg, model_config
 
 
 def test_formula_by_hand():
@@ -78,13 +77,7 @@ def test_a_tiny_model_trains_with_it():
     assert isinstance(model.dec_final_norm, AnnotatedLayerNorm) and model.dec_final_norm.eps == 1e-6
     src, tgt = torch.randint(4, 12, (8, 6)), torch.randint(4, 12, (8, 6))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(20):
-        loss = F.cross_entropy(model(src, tgt[:, :-1]).flatten(0, 1), tgt[:, 1:].flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = fit_losses(model, src, tgt, opt, 20)
     assert losses[0] > 2.0 and losses[-1] < 0.5 * losses[0], losses  # from about ln(12) = 2.48
 
 

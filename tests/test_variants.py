@@ -25,7 +25,7 @@ from model.placements import (
     tfixup_scale,
 )
 from model.transformer import EncoderDecoder
-from tests.conftest import make_cfg, model_config
+from tests.conftest import fit_losses, make_cfg, model_config
 from training.schema import validate
 
 D = 16
@@ -386,13 +386,7 @@ def test_every_variant_preset_learns_a_batch(preset, placement):
     src, _ = batch()
     tgt = torch.randint(4, 20, (2, 6), generator=torch.Generator().manual_seed(2))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(30):
-        loss = F.cross_entropy(model(src, tgt[:, :-1]).flatten(0, 1), tgt[:, 1:].flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = fit_losses(model, src, tgt, opt, 30)
     assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.5 * losses[0], losses[::5]
 
 
