@@ -17,7 +17,7 @@ written with the ``csv`` module (empty field: no value; floats at full precision
   the mean), then the arm minus ``layernorm`` at the same batch size, paired by seed (``diff_mean, diff_ci95_lo,
   diff_ci95_hi, pairs, significant``; empty in LayerNorm's rows and where LayerNorm has no value). Only finished
   runs enter the statistics: ``finished`` < ``runs`` says some did not;
-- ``contrasts.csv``: ``contrast, metric, pairs, diff_mean, diff_ci95_lo, diff_ci95_hi, significant`` for
+- ``contrasts.csv``: ``contrast, metric, diff_mean, diff_ci95_lo, diff_ci95_hi, pairs, significant`` for
   ``<arm> - layernorm: small - large batch`` (does the small batch hurt the arm more than LayerNorm? the difference
   of the two paired differences, seed by seed) and ``powernorm - batchnorm at <max_tokens>``; a contrast without a
   seed in common is left out.
@@ -164,18 +164,12 @@ def contrast_rows(groups: dict[Cell, list[Run]]) -> list[list[object]]:
                     per_size.append({s: values[s] - base[s] for s in values if s in base})
                 if set(per_size[0]) & set(per_size[1]):
                     diff = paired_difference(*per_size)
-                    rows.append([f"{name} - {BASELINE}: {small} - {large} tokens", metric, *_reorder(diff)])
+                    rows.append([f"{name} - {BASELINE}: {small} - {large} tokens", metric, *_paired_fields(diff)])
         for tokens in sizes:
             pn, bn = (by_seed(groups.get((k, tokens), []), metric) for k in ("powernorm", "batchnorm"))
             if set(pn) & set(bn):
-                rows.append([f"powernorm - batchnorm at {tokens} tokens", metric, *_reorder(paired_difference(pn, bn))])
+                rows.append([f"powernorm - batchnorm at {tokens} tokens", metric, *_paired_fields(paired_difference(pn, bn))])
     return rows
-
-
-def _reorder(diff: PairedDifference) -> list[object]:
-    """``contrasts.csv``'s order: pairs first."""
-    mean, lo, hi, n, significant = _paired_fields(diff)
-    return [n, mean, lo, hi, significant]
 
 
 def write_csvs(runs: list[Run], out: Path) -> list[Path]:
@@ -191,11 +185,7 @@ def write_csvs(runs: list[Run], out: Path) -> list[Path]:
             ["arm", "max_tokens", "metric", "runs", "finished", "n", "mean", "stderr", "ci95_lo", "ci95_hi", *paired],
             summary_rows(groups),
         ),  # fmt: skip
-        write_csv(
-            out / "contrasts.csv",
-            ["contrast", "metric", "pairs", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "significant"],
-            contrast_rows(groups),
-        ),  # fmt: skip
+        write_csv(out / "contrasts.csv", ["contrast", "metric", *paired], contrast_rows(groups)),
     ]
 
 
