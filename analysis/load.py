@@ -28,6 +28,7 @@ SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
 # block i (its RMS and kurtosis), the sum entering its FFN's closing norm (its RMS) and the block's gradient norm.
 # A row here and a ``depth_panel`` in ``analysis.panels.build_panels`` chart another one (docs/extending.md).
 PROFILES = {
+    ("scale", "gpas", "silu_g"): "gpas_silu_g",  # GPAS's SiLU(g), the share of block i's output it removes (norm.gpas)
     ("act", "out", "rms"): "rms",
     ("act", PRE_NORM_SITE["ffn"], "rms"): "pre_norm_rms",
     ("act", "out", "kurtosis"): "kurtosis",

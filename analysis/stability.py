@@ -9,14 +9,16 @@ renderers), from the telemetry in each run's metrics.jsonl:
 - batch-statistics distance (``bstat/``) vs step, one panel per variant and statistic (``mean_dist``,
   ``var_dist``, ``phi_dist``) where its runs have batch-reading norms: a line per norm of each block, drawn
   as the max logits are;
-- block-output kurtosis vs depth at the last record: a line per variant.
+- block-output kurtosis vs depth at the last record: a line per variant;
+- GPAS's SiLU(g) vs depth (``norm.gpas``: the share of each block's output it removes), first, middle and last
+  record, linear y (SiLU(g) starts at 0 and may go below it): a line per variant and record.
 
 A chart (or a variant's panel) with no data, e.g. from runs recorded before these metrics existed, is
 left out, not drawn empty. Per-variant panels are keyed by the variant's place in the page's variant
 table (``attn_max_logit_2``: the second variant).
 """
 
-from analysis.panels import Line, Panel, depth_panel, runs_at
+from analysis.panels import Line, Panel, depth_panel, profile_lines, runs_at
 from analysis.runs import BlockSite, Run
 from analysis.stats import curves_band, mean_at
 from analysis.variants import Variant, averaged_runs
@@ -130,4 +132,7 @@ def stability_panels(variants: list[Variant]) -> list[Panel]:
                 panels.append(Panel(f"bstat_{stat}_{j}", title, "training step", ylabel, lines, log_y=True))
     kurtosis = depth_panel(variants, "kurtosis_vs_depth", "kurtosis", 1, "Block-output kurtosis vs depth (last record)",
                            "kurtosis of the block output")  # fmt: skip
-    return [*panels, *([kurtosis] if kurtosis.lines else [])]
+    gpas = [line for v in variants for line in profile_lines(v, "gpas_silu_g", 3)]
+    gpas_panel = Panel("gpas_vs_depth", "GPAS SiLU(g) vs depth (first, middle, last record)", "block (encoder, then decoder)",
+                       "SiLU(g): share of the block output removed", gpas, integer_x=True)  # fmt: skip
+    return [*panels, *([kurtosis] if kurtosis.lines else []), *([gpas_panel] if gpas else [])]

@@ -44,12 +44,16 @@ class NormSpec:
         powernorm_groups: kind ``powernorm``: the groups of its per-token group scaling (``group_num``), >= 1,
             dividing the normalized width; the dataclass default is the official class default (1), the config's
             fairseq's choice, the attention heads.
+        gpas: GPAS (Chen et al. 2025, ``model.residual.GPAS``) in the block: one learned gate g (init 0) scales the
+            stream by 1 - SiLU(g) after each residual addition (on the skip where a norm closes the sublayer),
+            leaving its gradient unscaled; with any placement.
 
     Raises:
         ValueError: unknown kind, impl, placement or attention norm kind, or an impossible
             combination (native scalenorm or l2, dyt or dyisru after the residual addition,
             HybridNorm without q/k/v norms): the message lists the valid ones; eps not a number
-            > 0; mix_ln_alpha outside [0, 1]; powernorm_warmup not an integer >= 0, powernorm_groups not one >= 1.
+            > 0; mix_ln_alpha outside [0, 1]; powernorm_warmup not an integer >= 0, powernorm_groups not one >= 1;
+            gpas not a bool.
     """
 
     kind: str = "layernorm"
@@ -62,6 +66,7 @@ class NormSpec:
     mix_ln_alpha: float = 0.25
     powernorm_warmup: int = 10000
     powernorm_groups: int = 1
+    gpas: bool = False
 
     def __post_init__(self) -> None:
         check_norm(self.kind, self.impl)
@@ -84,6 +89,8 @@ class NormSpec:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"norm.{key} must be an integer >= {least}, got {value!r}")
+        if not isinstance(self.gpas, bool):
+            raise ValueError(f"norm.gpas must be true or false, got {self.gpas!r}")
 
     def build(self, dim: int, kind: str | None = None) -> "nn.Module":
         """This spec's norm over a last dimension of size ``dim``, or the attention-site norm ``kind``
@@ -108,6 +115,7 @@ class BlockNorm:
         kind, impl, placement, eps, bias, qk, v, mix_ln_alpha: as in :class:`NormSpec`; None keeps the value
             set by the ``norm.*`` keys (to turn an attention norm off, give ``none``).
         powernorm_warmup, powernorm_groups: as in :class:`NormSpec`; None keeps the value set by the ``norm.*`` keys.
+        gpas: as in :class:`NormSpec`; None keeps the value set by ``norm.gpas``.
     """
 
     stack: str | None = None
@@ -122,6 +130,7 @@ class BlockNorm:
     mix_ln_alpha: float | None = None
     powernorm_warmup: int | None = None
     powernorm_groups: int | None = None
+    gpas: bool | None = None
 
     def covers(self, stack: str, index: int) -> bool:
         """Whether this entry applies to layer ``index`` of ``stack``."""

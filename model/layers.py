@@ -15,7 +15,7 @@ from torch import nn
 from model.attention import QK_L2_TEMPERATURE, KVCache, MultiHeadAttention
 from model.config import ModelConfig, NormSpec
 from model.placements import PLACEMENTS
-from model.residual import Residual
+from model.residual import GPAS, Residual
 
 
 class FeedForward(nn.Module):
@@ -55,14 +55,16 @@ def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> Mult
 def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Callable[[nn.Module], Residual]:
     """A function wrapping each branch of block ``index`` of ``stack`` in its ``Residual``, planned by
     ``spec``'s placement record for that sublayer (attention or FFN) and depth, its norms built from
-    ``spec``. A gate the record shares across the block (ReZero) is built once."""
+    ``spec``. A gate the record shares across the block (ReZero) is built once, and so is the block's
+    GPAS gate (``spec.gpas``: one per layer, as the official code's ``GPASBlock``)."""
     placement = PLACEMENTS[spec.placement]
     shared: list[Residual] = []
+    gpas = GPAS() if spec.gpas else None
 
     def wrap(branch: nn.Module) -> Residual:
         plan = placement.plan(isinstance(branch, MultiHeadAttention), stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
         gate = shared[0].gate if shared else None
-        residual = Residual(branch, plan, lambda: spec.build(cfg.d_model), cfg.dropout, cfg.d_model, gate)
+        residual = Residual(branch, plan, lambda: spec.build(cfg.d_model), cfg.dropout, cfg.d_model, gate, gpas)
         if placement.gate is not None and placement.gate.shared:
             shared.append(residual)
         return residual

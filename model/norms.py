@@ -123,6 +123,50 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(ms + self.eps) * _wide(self.weight)).to(x.dtype)
 
 
+class SeeDNorm(nn.Module):
+    """SeeDNorm (Cai et al. 2025, "SeeDNorm: Self-Rescaled Dynamic Normalization", ICLR 2026, arXiv 2510.22777,
+    the SeeDNorm equation of its method section): ``y = [tanh(x . beta) * alpha + weight] * x / sqrt(mean(x^2) + eps)``,
+    RMSNorm whose gain is conditioned on the input. **Experimental**: no official code was found (2026), so it is
+    written from the paper's formula alone.
+
+    Shapes, as the paper's ``sigma(x beta^T) alpha + gamma`` with x in R^(N x D) and alpha, beta, gamma in
+    R^(1 x D): ``x . beta`` is a dot product over the last dimension, one scalar per token (..., 1), so the
+    input-conditioned term moves every channel's gain by ``alpha`` times one shared per-token factor in (-1, 1).
+    ``weight`` is the paper's gamma (the static gain, named as every kind's gain); ``alpha`` and ``beta`` keep the
+    paper's names. The paper's multi-head variant is not built.
+
+    Init (the paper's was not found): weight 1, alpha 1, beta 0, so tanh(x . beta) = 0 and SeeDNorm is exactly
+    RMSNorm at init; alpha = 0 would do the same, but with beta = 0 too neither would get a gradient (d/dalpha
+    carries tanh(x . beta) = 0, d/dbeta carries alpha = 0), and a random beta would spend RNG draws and change every
+    later parameter's init. With alpha = 1, beta gets a gradient from the first step (alpha's is 0 until beta
+    moves). With alpha = 0 SeeDNorm is RMSNorm for any beta. No shift (``norm.bias`` is ignored). Computed in
+    float32 (float64 inputs: float64).
+
+    Args:
+        dim: D, the size of the normalized (last) dimension.
+        eps: added to the mean square inside the square root.
+
+    Shapes: input (..., D); output the same shape and dtype.
+    """
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.alpha = nn.Parameter(torch.ones(dim))
+        self.beta = nn.Parameter(torch.zeros(dim))
+
+    def dynamic(self, x: torch.Tensor) -> torch.Tensor:
+        """tanh(x . beta): (..., D) -> (..., 1), the per-token factor of the input-conditioned gain."""
+        return torch.tanh(_wide(x) @ _wide(self.beta)).unsqueeze(-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = _wide(x)
+        ms = xf.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+        gain = self.dynamic(x) * _wide(self.alpha) + _wide(self.weight)  # (..., D)
+        return (xf * torch.rsqrt(ms + self.eps) * gain).to(x.dtype)
+
+
 class ScaleNorm(nn.Module):
     """ScaleNorm (Nguyen & Salazar 2019, arXiv 1910.05895, eq. 9): ``y = g * x / max(||x||_2, eps)``.
 
@@ -222,6 +266,7 @@ _REGISTRY: dict[tuple[str, str], Callable[..., nn.Module]] = {
     ("rmsnorm", "custom"): lambda dim, eps, bias: RMSNorm(dim, eps),
     ("rmsnorm", "native"): lambda dim, eps, bias: nn.RMSNorm(dim, eps=eps),
     ("scalenorm", "custom"): lambda dim, eps, bias: ScaleNorm(dim, eps),
+    ("seednorm", "custom"): lambda dim, eps, bias: SeeDNorm(dim, eps),
     ("dyt", "custom"): lambda dim, eps, bias: DyT(dim, bias),
     ("batchnorm", "custom"): lambda dim, eps, bias: BatchNorm(dim, eps, bias),
     ("batchnorm", "native"): lambda dim, eps, bias: NativeBatchNorm(dim, eps, bias),

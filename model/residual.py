@@ -6,7 +6,8 @@ its placement record, resolved for the sublayer and its depth (``Placement.plan`
 hold a norm, alpha, the input factor s (LayerNorm Scaling: on ``norm_in(x)`` and on a cross-attention's
 memory, the other normalized input of that sublayer), whether the skip starts from
 ``norm_in(x)`` instead of x (HybridNorm's FFN), the learned gate g (ReZero, LayerScale), and whether
-the block input comes back as ``skip`` (B2T).
+the block input comes back as ``skip`` (B2T). With ``norm.gpas`` a block's sublayers share one
+:class:`GPAS` (Chen et al. 2025), applied to the sum, or to the skip where ``norm_out`` closes the sublayer.
 
 Dropout acts on the branch output, after N2 for sandwich. Each norm slot a placement leaves
 empty, and the gate when there is none, is an ``nn.Identity``, so module paths (and telemetry
@@ -17,6 +18,7 @@ names) are stable across placements. A norm that reads the batch
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from model.norms import BatchReadingNorm
@@ -36,10 +38,37 @@ class Gate(nn.Module):
         return x * self.weight
 
 
+class GPAS(nn.Module):
+    """Gradient-Preserving Activation Scaling (Chen et al. 2025, "GPAS: Accelerating Convergence of LLM
+    Pretraining via Gradient-Preserving Activation Scaling", NeurIPS, arXiv 2506.22049; official code
+    dandingsky/GPAS, ``GPASBlock``): ``y = x - SiLU(gate) * stopgrad(x)``.
+
+    The forward value is ``(1 - SiLU(gate)) * x``, while dy/dx is the identity: the stream is scaled down
+    without scaling the gradient that flows back through it. ``gate`` is one learned scalar, init 0
+    (the official ``gate_init_value``), where SiLU(0) = 0 and y == x exactly. dy/dgate = -SiLU'(gate) * x.
+
+    Shapes: x (..., D) -> (..., D); ``gate`` is (1,) (normlab's one-element scalars; the official one is 0-dim).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # In x's dtype, as the official 0-dim gate is by type promotion: a (1,) float32 gate would widen a bf16 stream.
+        return x - F.silu(self.gate).to(x.dtype) * x.detach()
+
+
 class Residual(nn.Module):
     """``x <- norm_out(alpha * x + dropout(gate(norm_branch(branch(in_scale * norm_in(x), *context)))) [+ skip])``,
     with ``norm_in(x)`` in place of the first x when the plan's ``normed_skip`` is set, and ``in_scale * memory``
     in place of a cross-attention's memory (``context[0]`` when not None).
+
+    ``gpas`` (GPAS, Chen et al. 2025; see :class:`GPAS`) scales the stream that carries on, as the official code
+    places it (``modeling_llama.py``, ``LlamaDecoderLayer.forward``): where ``norm_out`` is empty (pre-LN, sandwich,
+    LNS, Mix-LN's pre-LN blocks) it follows the residual addition, ``x <- gpas(x + F(N(x)))``; where ``norm_out``
+    closes the sublayer (post-LN, DeepNorm, Mix-LN's post-LN blocks) it scales the skip before alpha,
+    ``x <- N(alpha * gpas(x) + F(x))``, the branch still reading the unscaled x. B2T's block ``skip`` is not scaled.
 
     ``in_scale`` (LayerNorm Scaling, Sun et al. 2025, arXiv 2502.05795, eq. 8) scales every normalized input of
     the sublayer: the official code (decoder-only) scales the norm output that its self-attention and FFN read; a
@@ -57,6 +86,8 @@ class Residual(nn.Module):
         dim: D, the size of a per-channel gate.
         gate: the gate to use when the plan has one and it is shared with the block's other
             sublayers (ReZero); None: a new one from the plan.
+        gpas: the block's :class:`GPAS`, shared by its sublayers (one gate per layer, as the official
+            ``GPASBlock`` is called after both sublayers of a decoder layer); None: no GPAS.
 
     Shapes: x (B, T, D) -> (B, T, D); ``skip`` (forward) the same shape as x; ``keep`` (forward)
     (B, T) bool, True at the stream's real tokens.
@@ -70,6 +101,7 @@ class Residual(nn.Module):
         dropout: float,
         dim: int,
         gate: Gate | None = None,
+        gpas: GPAS | None = None,
     ) -> None:
         super().__init__()
 
@@ -89,6 +121,8 @@ class Residual(nn.Module):
             self.gate = gate if gate is not None else Gate(dim if plan.gate[0] else 1, plan.gate[1])
         self.dropout = nn.Dropout(dropout)
         self.norm_out = slot(use_out)
+        self.gpas = gpas
+        self.gpas_on_skip = use_out  # a closing norm rescales the sum anyway: GPAS scales the skip instead
         # Which slots read the batch, decided here so that token-wise norms are called as norm(x) at no cost.
         self.in_reads, self.branch_reads, self.out_reads = (
             isinstance(n, BatchReadingNorm) for n in (self.norm_in, self.norm_branch, self.norm_out)
@@ -111,9 +145,12 @@ class Residual(nn.Module):
             h = h * self.in_scale
             if context and context[0] is not None:  # a cross-attention's memory (self-attention passes None)
                 context = (context[0] * self.in_scale, *context[1:])
-        y = x if self.alpha == 1.0 else x * self.alpha
+        y = self.gpas(x) if self.gpas is not None and self.gpas_on_skip else x
+        y = y if self.alpha == 1.0 else y * self.alpha
         f = self.branch(h, *context)
         f = self.norm_branch(f, keep) if self.branch_reads else self.norm_branch(f)
         y = y + self.dropout(self.gate(f))
         y = y if skip is None else y + skip
+        if self.gpas is not None and not self.gpas_on_skip:
+            y = self.gpas(y)
         return self.norm_out(y, keep) if self.out_reads else self.norm_out(y)

@@ -11,7 +11,8 @@ Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a 
 - ``scale/{s}.{i}.{site}/{stat}``, a learned scale: a norm's parameters at ``{r}.{slot}`` or ``{a}.{h}``
   (``gain_mean``, ``gain_max``, DyT's ``alpha``, DyISRU's ``beta``), a residual gate ``{r}.gate``
   (ReZero's scalar: ``alpha``; LayerScale's per-channel: ``gain_mean``, ``gain_max``), an attention's
-  l2 QK-norm ``temperature`` at ``{a}`` (``SCALE_SITE_STATS``);
+  l2 QK-norm ``temperature`` at ``{a}``, SeeDNorm's ``dyn_max`` and ``beta_norm`` at a norm, a block's GPAS
+  gate at ``gpas`` (``g``, ``silu_g``) (``SCALE_SITE_STATS``);
 - ``bstat/{s}.{i}.{r}.{slot}/{stat}`` and ``bstat/{s}.final_norm/{stat}``: a batch-reading norm's batch
   statistics against its running ones (``{stat}`` a ``BATCH_STATISTICS`` name + ``_dist``: ``mean_dist``,
   ``var_dist``, ``phi_dist``; :func:`batch_stat_dist`);
@@ -69,15 +70,18 @@ _MATRIX_SITES = {
 }
 WEIGHT_SITES = tuple(_MATRIX_SITES.values())
 WEIGHT_STATS = ("sigma_max", "stable_rank")
-# scale/: each site's learned scales (a norm's, a residual gate's, an attention's temperature).
-_NORM_SCALES = ("gain_mean", "gain_max", "alpha", "beta")
+# scale/: each site's learned scales (a norm's, a residual gate's, an attention's temperature, a block's GPAS gate).
+# SeeDNorm's vectors alpha and beta: ``dyn_max`` = max |alpha|, ``beta_norm`` = ||beta||_2.
+_NORM_SCALES = ("gain_mean", "gain_max", "alpha", "beta", "dyn_max", "beta_norm")
+GPAS_SITE = "gpas"  # a block's GPAS gate g (one per block): its value and SiLU(g), the share of the stream removed
 SCALE_SITE_STATS = {
     **{f"{r}.{slot}": _NORM_SCALES for r in RESIDUALS for slot in NORM_SLOTS},
     **{f"{a}.{h}": _NORM_SCALES for a in ATTENTIONS for h in ATTENTION_NORM_SITES},
     **{f"{r}.gate": ("gain_mean", "gain_max", "alpha") for r in RESIDUALS},
     **{a: ("temperature",) for a in ATTENTIONS},
+    GPAS_SITE: ("g", "silu_g"),
 }
-SCALE_STATS = (*_NORM_SCALES, "temperature")
+SCALE_STATS = (*_NORM_SCALES, "temperature", "g", "silu_g")
 # bstat/: what a batch-reading norm's batch_vs_running() returns (model/batch_reading.py), each compared with its
 # running buffer; recorded at the residual norm slots and the stack's final norm, where such a norm can sit.
 BATCH_STATISTICS = ("mean", "var", "phi")

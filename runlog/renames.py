@@ -25,6 +25,7 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.powernorm_groups": 1,
     "model.weight_norm": False,  # plain nn.Linear weights
     "telemetry.batch_stats": False,  # no bstat/ metrics were recorded
+    "norm.gpas": False,  # no GPAS gate in any block
 }
 
 

@@ -5,8 +5,8 @@ learned scale, read as they are before the step's update.
 - ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``: each block matrix's spectral norm by power iteration,
   warm-started from the last record's vector (across resumes too: :meth:`ParameterStats.state_dict`),
   and ||W||_F^2 / sigma_max^2.
-- ``scale/{s}.{i}.{site}/{stat}``: norm gains, DyT's alpha, DyISRU's beta, ReZero / LayerScale gates,
-  the l2 QK-norm temperature.
+- ``scale/{s}.{i}.{site}/{stat}``: norm gains, DyT's alpha, DyISRU's beta, SeeDNorm's alpha and beta, ReZero /
+  LayerScale gates, the l2 QK-norm temperature, the block's GPAS gate.
 
 Definitions and Gaussian baselines: docs/telemetry.md.
 """
@@ -15,11 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.residual import Gate
+from model.norms import SeeDNorm
+from model.residual import GPAS, Gate
 from model.transformer import EncoderDecoder
 from runlog.metric_names import (
     ATTENTION_NORM_SITES,
     ATTENTIONS,
+    GPAS_SITE,
     NORM_SLOTS,
     RESIDUALS,
     grad_norm,
@@ -70,6 +72,11 @@ class ParameterStats:
             for stack, i, layer in blocks(self.model):
                 for r in (r for r in RESIDUALS if hasattr(layer, r)):
                     self._record_scales(stack, i, r, getattr(layer, r))
+                gpas = layer.self_attn.gpas  # one per block, shared by its sublayers
+                if isinstance(gpas, GPAS):
+                    g = _scalar(gpas.gate)
+                    self.stats[learned_scale(stack, i, GPAS_SITE, "g").name] = g
+                    self.stats[learned_scale(stack, i, GPAS_SITE, "silu_g").name] = F.silu(g)
 
     def _record_spectrum(self, key: WeightSite, weight: torch.Tensor) -> None:
         """sigma_max and stable rank of ``weight`` (out, in) by power iteration (Miyato et al. 2018,
@@ -133,7 +140,10 @@ def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
     """The learned scales of a norm or residual gate, as 0-dim float32 tensors: ``gain_mean`` = mean and
     ``gain_max`` = max |.| of its ``weight`` (LayerNorm's / RMSNorm's gain, ScaleNorm's g, DyT's and
     DyISRU's weight, LayerScale's lambda), except a scalar gate's, ReZero's alpha, given as ``alpha``;
-    DyT's ``alpha`` and DyISRU's ``beta``. None of them for ``nn.Identity`` or ``L2Norm`` (no parameters)."""
+    DyT's ``alpha`` and DyISRU's ``beta``; SeeDNorm's ``dyn_max`` = max |alpha| (its effective gain
+    ``tanh(x . beta) alpha + weight`` stays within ``weight +- |alpha|``) and ``beta_norm`` = ||beta||_2
+    (``|x . beta| <= ||x|| ||beta||``: how far the input can push tanh). None of them for ``nn.Identity`` or
+    ``L2Norm`` (no parameters)."""
     weight = getattr(module, "weight", None)
     if isinstance(module, Gate) and weight.numel() == 1:
         return {"alpha": _scalar(weight)}
@@ -141,6 +151,9 @@ def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
     if isinstance(weight, torch.Tensor):
         w = weight.detach().float()
         stats = {"gain_mean": w.mean(), "gain_max": w.abs().amax()}
+    if isinstance(module, SeeDNorm):  # alpha and beta are vectors (D,), not DyT's / DyISRU's scalars
+        alpha, beta = module.alpha.detach().float(), module.beta.detach().float()
+        return stats | {"dyn_max": alpha.abs().amax(), "beta_norm": torch.linalg.vector_norm(beta)}
     for stat in ("alpha", "beta"):  # DyT's alpha, DyISRU's beta (parameters, unlike a Residual's float alpha)
         p = getattr(module, stat, None)
         if isinstance(p, nn.Parameter):

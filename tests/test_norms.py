@@ -165,7 +165,8 @@ def test_the_registry_builds_exactly_the_pairs_the_config_accepts():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     ("kind", "impl"),
-    [(k, "custom") for k in ("layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyisru", "l2")] + [("layernorm", "native")],
+    [(k, "custom") for k in ("layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyisru", "seednorm", "l2")]
+    + [("layernorm", "native")],
 )
 def test_low_precision_large_inputs_stay_finite_and_match_fp32(kind, impl, dtype):
     # x^2 of std-300 activations overflows fp16 (max 65504); stats must be taken in fp32.
@@ -184,11 +185,11 @@ def test_low_precision_large_inputs_stay_finite_and_match_fp32(kind, impl, dtype
 # The pairs a norm.kind may take: the attention-only l2/custom is not among them.
 RESIDUAL_PAIRS = (
     "layernorm/custom, layernorm/native, rmsnorm/custom, rmsnorm/native, scalenorm/custom, dyt/custom, dyisru/custom, "
-    "none/custom, batchnorm/custom, batchnorm/native, powernorm/custom, annotated_ln/custom"
+    "none/custom, batchnorm/custom, batchnorm/native, powernorm/custom, annotated_ln/custom, seednorm/custom"
 )
 
 
-@pytest.mark.parametrize("kind", ["layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyt", "dyisru"])
+@pytest.mark.parametrize("kind", ["layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyt", "dyisru", "seednorm"])
 def test_float64_is_computed_in_float64(kind):
     # The float32 statistics are for half precision only: narrowing float64 to float32 would cap a
     # float64 model at ~1e-7 (tests/test_preln_prerms.py needs 1e-10). Reference: the formula in float64.
@@ -207,6 +208,9 @@ def test_float64_is_computed_in_float64(kind):
         "scalenorm": lambda: w * x / x.norm(dim=-1, keepdim=True),
         "dyt": lambda: w * torch.tanh(norm.alpha * x) + b,
         "dyisru": lambda: w * 32**0.5 * x / (norm.beta + x.pow(2)).sqrt() + b,
+        "seednorm": lambda: (
+            (torch.tanh(x @ norm.beta)[:, None] * norm.alpha + w) * x / (x.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
+        ),
     }[kind]()
     y = norm(x)
     assert y.dtype == torch.float64
@@ -219,7 +223,7 @@ def test_float64_is_computed_in_float64(kind):
         (
             "groupnorm",
             "custom",
-            "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm, annotated_ln$",
+            "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm, annotated_ln, seednorm$",
         ),
         ("l2", "custom", "unknown norm.kind 'l2'; valid kinds: " + ", ".join(NORM_KINDS) + "$"),
         ("layernorm", "triton", "valid impls: custom, native"),

@@ -12,7 +12,16 @@ from matplotlib.colors import to_hex
 from analysis.load import load_runs
 from analysis.stability import logz_line, max_logit_lines, sigma_max_lines, site_lines, stability_panels
 from analysis.variants import group_variants
-from runlog.metric_names import WEIGHT_SITES, act, attn_max_logit, batch_stat_dist, blocks, output_logits, weight_spectrum
+from runlog.metric_names import (
+    WEIGHT_SITES,
+    act,
+    attn_max_logit,
+    batch_stat_dist,
+    blocks,
+    learned_scale,
+    output_logits,
+    weight_spectrum,
+)
 from scripts import report
 from tests.test_report import (
     N_DEC,
@@ -213,3 +222,21 @@ def test_bstat_charts_are_one_per_variant_and_statistic_with_a_line_per_norm(tmp
         np.testing.assert_allclose(line.y, [(1 + i) * t / 100 + 0.5 + len(site) + 1 for t in TELEMETRY_STEPS])
     report.build_report([tmp_path], tmp_path / "report")
     assert (tmp_path / "report" / "bstat_mean_dist_1.png").stat().st_size > 5000
+
+
+def test_gpas_chart_is_silu_g_vs_depth_on_a_linear_axis_and_only_where_runs_have_gpas(tmp_path: Path) -> None:
+    # SiLU(g) of block d at a step: from 0 (g = 0, the init) down to below 0 and up, so a log axis could not show it
+    silu = lambda seed, step, d: (d - 1) * step / 100 + 0.1 * seed  # noqa: E731
+    for seed in (0, 1):
+        rows = [{"step": step, **{learned_scale(stack, i, "gpas", "silu_g").name: silu(seed, step, d)
+                                  for d, (stack, i) in enumerate(BLOCKS)}} for step in TELEMETRY_STEPS]  # fmt: skip
+        write_run(tmp_path / f"g{seed}", config("pre", "layernorm", seed, **{"norm.gpas": True}),
+                  metric_rows(1.0, seed, 0.1) + rows, finished(0.1))  # fmt: skip
+    (variant,) = group_variants(load_runs([tmp_path]))
+    (panel,) = [p for p in stability_panels([variant]) if p.key == "gpas_vs_depth"]
+    assert not panel.log_y and [line.name for line in panel.lines] == [f"{variant.label} @ step {s}" for s in TELEMETRY_STEPS]
+    for line, step in zip(panel.lines, TELEMETRY_STEPS, strict=True):
+        assert line.x == [0, 1, 2, 3]
+        np.testing.assert_allclose(line.y, [silu(0.5, step, d) for d in range(4)])
+    report.build_report([tmp_path], tmp_path / "report")
+    assert (tmp_path / "report" / "gpas_vs_depth.png").stat().st_size > 5000

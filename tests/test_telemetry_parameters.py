@@ -3,6 +3,8 @@ torch's spectral_norm, convergence to the exact spectral norm, no global RNG), `
 equal to the learned parameters they name, read at the record step, and ``grad/`` norms with the trend
 of Xiong et al. 2020's Fig. 3 at initialization."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -196,7 +198,15 @@ def expected_scales(model) -> dict[str, float]:
                     if "weight" in params:
                         out[f"{prefix}/gain_mean"] = params["weight"].mean().item()
                         out[f"{prefix}/gain_max"] = params["weight"].abs().max().item()
+                    if "alpha" in params and params["alpha"].numel() > 1:  # SeeDNorm's vectors
+                        out[f"{prefix}/dyn_max"] = params["alpha"].abs().max().item()
+                        out[f"{prefix}/beta_norm"] = params["beta"].norm().item()
+                        continue
                     out |= {f"{prefix}/{name}": params[name].item() for name in ("alpha", "beta") if name in params}
+            if layer.self_attn.gpas is not None:  # GPAS: one gate g per block; SiLU(g) = g sigmoid(g)
+                g = layer.self_attn.gpas.gate.item()
+                out[f"scale/{stack[:3]}.{i}.gpas/g"] = g
+                out[f"scale/{stack[:3]}.{i}.gpas/silu_g"] = g / (1 + math.exp(-g))
     return out
 
 
@@ -208,6 +218,8 @@ def expected_scales(model) -> dict[str, float]:
         ("pre", "dyt", {}, ["enc.0.self_attn.norm_in/alpha", "dec.1.ffn.norm_in/gain_mean"]),
         ("pre", "dyisru", {}, ["dec.0.ffn.norm_in/beta"]),
         ("pre", "scalenorm", {}, ["enc.1.ffn.norm_in/gain_mean"]),
+        ("pre", "seednorm", {}, ["enc.1.ffn.norm_in/dyn_max", "dec.0.cross_attn.norm_in/beta_norm"]),
+        ("deepnorm", "layernorm", {"gpas": True}, ["enc.0.gpas/g", "dec.1.gpas/silu_g"]),
         ("sandwich", "rmsnorm", {"qk": "rmsnorm", "v": "layernorm"}, ["dec.1.cross_attn.v_norm/gain_max"]),
     ],
 )
