@@ -25,6 +25,8 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.powernorm_groups": 1,
     "model.weight_norm": False,  # plain nn.Linear weights
     "telemetry.batch_stats": False,  # no bstat/ metrics were recorded
+    "norm.gain": "plain",  # every gain was stored as itself
+    "norm.qk_scope": "head",  # norm.qk acted per head
 }
 
 

@@ -132,7 +132,8 @@ def _scalar(p: torch.Tensor) -> torch.Tensor:
 def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
     """The learned scales of a norm or residual gate, as 0-dim float32 tensors: ``gain_mean`` = mean and
     ``gain_max`` = max |.| of its ``weight`` (LayerNorm's / RMSNorm's gain, ScaleNorm's g, DyT's and
-    DyISRU's weight, LayerScale's lambda), except a scalar gate's, ReZero's alpha, given as ``alpha``;
+    DyISRU's weight, LayerScale's lambda): the gain applied, so under ``norm.gain=unit_offset`` (``model.gains``) the
+    effective 1 + w, which ``weight`` reads; except a scalar gate's, ReZero's alpha, given as ``alpha``;
     DyT's ``alpha`` and DyISRU's ``beta``. None of them for ``nn.Identity`` or ``L2Norm`` (no parameters)."""
     weight = getattr(module, "weight", None)
     if isinstance(module, Gate) and weight.numel() == 1:

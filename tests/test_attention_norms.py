@@ -81,8 +81,10 @@ def test_per_block_attention_norms_follow_the_plan():
 
 
 @pytest.mark.parametrize(
-    "overrides", [("norm.qk=layernorm",), ("norm.qk=rmsnorm", "norm.v=rmsnorm", "norm=post_ln"), ("norm.qk=l2", "norm.v=l2")]
-)
+    "overrides",
+    [("norm.qk=layernorm",), ("norm.qk=rmsnorm", "norm.v=rmsnorm", "norm=post_ln"), ("norm.qk=l2", "norm.v=l2"), ("norm=olmo2",),
+     ("norm=gemma3",)],
+)  # fmt: skip
 def test_incremental_decoding_equals_full_decoding_and_normalizes_the_source_once(overrides):
     model = model_with(*overrides)
     randomize_norms(model)
