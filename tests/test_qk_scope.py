@@ -84,3 +84,27 @@ def test_a_bad_scope_or_l2_over_the_full_width_is_one_line_and_a_block_can_set_t
     model = EncoderDecoder(cfg)
     assert model.encoder[0].self_attn.branch.q_norm.weight.shape == (D,)
     assert model.decoder[0].self_attn.branch.q_norm.weight.shape == (K,)
+
+
+def test_activation_telemetry_reads_full_width_q_and_k_norm_outputs_over_real_tokens():
+    from tests.test_telemetry import batch, make, record
+
+    model = make(qk="rmsnorm", v="rmsnorm", qk_scope="full")
+    src, tgt_in, tgt_out = batch()
+    seen = {}
+    attn = model.encoder[0].self_attn.branch
+    hooks = [
+        getattr(attn, s).register_forward_hook(lambda m, a, out, s=s: seen.__setitem__(s, out.detach()))
+        for s in ("q_norm", "v_norm")
+    ]
+    stats = record(model, src, tgt_in, tgt_out)  # the full telemetry set: kurtosis and token_cos included
+    for h in hooks:
+        h.remove()
+    keep = ~src.eq(0)  # (B, S)
+    q, v = seen["q_norm"], seen["v_norm"]  # (B, S, D) before the head split; (B, H, S, K)
+    assert q.dim() == 3 and v.dim() == 4
+    assert stats["act/enc.0.self_attn.q_norm/rms"] == pytest.approx(q[keep].square().mean().sqrt().item(), rel=1e-5)
+    assert stats["act/enc.0.self_attn.v_norm/rms"] == pytest.approx(
+        v.transpose(1, 2)[keep].square().mean().sqrt().item(), rel=1e-5
+    )
+    assert stats["act/enc.0.self_attn.q_norm/maxabs"] == pytest.approx(q[keep].abs().max().item(), rel=1e-6)
