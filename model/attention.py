@@ -15,8 +15,11 @@ call and reuses it after.
 Norm sites: optional per-head norms over K on the queries, keys and values (``q_norm``,
 ``k_norm``, ``v_norm``; ``nn.Identity`` when off), applied after the head split and before the
 scores, as QK-norm (Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters",
-arXiv 2302.05442, paragraph "QK Normalization": LayerNorm on q and k). Keys and values are
-normalized before they enter the cache, so the cross-attention's are normalized once per source.
+arXiv 2302.05442, paragraph "QK Normalization": LayerNorm on q and k). With ``qk_scope="full"`` the
+q and k norms act over D on the projections before the head split instead, as OLMo 2's
+(Hugging Face transformers, ``models/olmo2/modeling_olmo2.py``, ``Olmo2Attention``:
+``self.q_norm(self.q_proj(hidden_states))``, then ``view``); Gemma 3's and Qwen3's are per head. Keys
+and values are normalized before they enter the cache, so the cross-attention's are normalized once per source.
 
 With l2-normalized q and k (``l2``), q.k is the cosine similarity, at most 1, too flat for a
 softmax; a learned scalar ``temperature`` g makes the logits ``g * cos(q, k)`` (Henry et al. 2020,
@@ -30,6 +33,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from model.kinds import QK_SCOPES
 
 # Initial temperature g of l2 QK-norm: x-transformers' default ``qk_norm_scale = 10``.
 QK_L2_TEMPERATURE = 10.0
@@ -62,6 +67,11 @@ class MultiHeadAttention(nn.Module):
         causal: mask future keys (decoder self-attention).
         q_norm, k_norm, v_norm: per-head norms over K = D // H on the queries, keys and values
             (weights shared by the heads); None: ``nn.Identity``.
+        qk_scope: ``head``: q_norm and k_norm act over K after the head split; ``full``: over D on the
+            q and k projections before it (then they are norms over D). v_norm is per head either way.
+
+    Raises:
+        ValueError: an unknown ``qk_scope`` (valid: ``model.kinds.QK_SCOPES``).
         temperature: initial value of a learned scalar g (parameter ``temperature``, shape (1,),
             shared by the heads) for l2-normalized q and k: the logits become ``g * q.k``, the
             cosine similarity times g, instead of ``q.k / sqrt(K)``; None: no such parameter.
@@ -78,9 +88,13 @@ class MultiHeadAttention(nn.Module):
         k_norm: nn.Module | None = None,
         v_norm: nn.Module | None = None,
         temperature: float | None = None,
+        qk_scope: str = "head",
     ) -> None:
         super().__init__()
+        if qk_scope not in QK_SCOPES:
+            raise ValueError(f"unknown norm.qk_scope {qk_scope!r}; valid: {', '.join(QK_SCOPES)}")
         self.n_heads = n_heads
+        self.qk_full = qk_scope == "full"
         self.dropout = dropout
         self.causal = causal
         self.q_proj = nn.Linear(d_model, d_model)
@@ -171,8 +185,8 @@ class MultiHeadAttention(nn.Module):
         """
         kv = x if memory is None else memory
         B, T, D = x.shape
-        H, K = self.n_heads, D // self.n_heads
-        q = self.q_norm(self.q_proj(x).view(B, T, H, K).transpose(1, 2))  # (B, H, T, K)
+        K = D // self.n_heads
+        q = self._heads(self.q_proj(x), self.q_norm, self.qk_full)  # (B, H, T, K)
         if self.temperature is not None:
             # SDPA divides q.k by sqrt(K): g * sqrt(K) on q leaves g * q.k.
             q = q * (self.temperature.to(q.dtype) * math.sqrt(K))
@@ -180,9 +194,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and memory is not None and cache.k is not None:
             k, v = cache.k, cache.v  # (B, H, S, K), projected (and normalized) from the memory at the first step
         else:
-            S = kv.shape[1]
-            k = self.k_norm(self.k_proj(kv).view(B, S, H, K).transpose(1, 2))  # (B, H, S, K)
-            v = self.v_norm(self.v_proj(kv).view(B, S, H, K).transpose(1, 2))  # (B, H, S, K)
+            k = self._heads(self.k_proj(kv), self.k_norm, self.qk_full)  # (B, H, S, K)
+            v = self._heads(self.v_proj(kv), self.v_norm, False)  # (B, H, S, K)
             if cache is not None:
                 if cache.k is not None:  # self-attention after P cached positions
                     k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)  # (B, H, P + T, K)
@@ -193,3 +206,11 @@ class MultiHeadAttention(nn.Module):
             q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0, is_causal=is_causal
         )  # (B, H, T, K)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, D))
+
+    def _heads(self, x: torch.Tensor, norm: nn.Module, before: bool) -> torch.Tensor:
+        """A projection (B, L, D) split into heads (B, H, L, K), ``norm`` applied over D before the split
+        (``before``: OLMo 2's QK-norm) or over K after it."""
+        B, L, _ = x.shape
+        if before:
+            return norm(x).view(B, L, self.n_heads, -1).transpose(1, 2)
+        return norm(x.view(B, L, self.n_heads, -1).transpose(1, 2))

@@ -11,7 +11,7 @@ overrides chosen blocks, and ``ModelConfig.block_norm(stack, index)`` resolves o
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from model.kinds import ATTENTION_NORM_KINDS, BATCH_READING_KINDS, check_norm
+from model.kinds import ATTENTION_NORM_KINDS, BATCH_READING_KINDS, NORM_GAINS, QK_SCOPES, check_norm
 from model.placements import PLACEMENTS, check_placement
 from runlog.metric_names import STACKS
 
@@ -36,6 +36,12 @@ class NormSpec:
             (``model.kinds.ATTENTION_NORM_KINDS``; ``l2`` adds a learned temperature); None: off.
             Uses this spec's impl, eps, bias.
         v: the same on the values; None: off.
+        gain: how every norm of the block (its attention sites' too) stores its per-channel gain ``weight``:
+            ``plain``, or ``unit_offset``, stored as w and applied as 1 + w (Gemma 3; ``model.gains``); ignored by
+            kinds without a gain.
+        qk_scope: where ``qk`` normalizes: ``head``, each head's q and k over d_head after the head split (Gemma 3,
+            Qwen3), or ``full``, the projected q and k over d_model = heads x d_head before it (OLMo 2); the values'
+            norm stays per head. ``full`` with ``qk: l2`` is refused (its temperature needs per-head unit vectors).
         mix_ln_alpha: the share of each stack's blocks Mix-LN makes post-LN (placement ``mix_ln``:
             the first floor(alpha * L) blocks), in [0, 1]; unused by other placements.
         powernorm_warmup: kind ``powernorm``: the training iterations that normalize by the batch's own statistic
@@ -51,7 +57,8 @@ class NormSpec:
     Raises:
         ValueError: unknown kind, impl, placement or attention norm kind, or an impossible
             combination (native scalenorm or l2, dyt or dyisru after the residual addition,
-            HybridNorm without q/k/v norms): the message lists the valid ones; eps not a number
+            HybridNorm without q/k/v norms, ``qk_scope: full`` with ``qk: l2``): the message lists the valid ones;
+            an unknown gain or qk_scope; eps not a number
             > 0; mix_ln_alpha outside [0, 1]; powernorm_warmup not an integer >= 0, powernorm_groups not one >= 1;
             gpas not a bool.
     """
@@ -63,6 +70,8 @@ class NormSpec:
     bias: bool = True
     qk: str | None = None
     v: str | None = None
+    gain: str = "plain"
+    qk_scope: str = "head"
     mix_ln_alpha: float = 0.25
     powernorm_warmup: int = 10000
     powernorm_groups: int = 1
@@ -79,6 +88,12 @@ class NormSpec:
                 raise ValueError(f"unknown norm.{key} {value!r}; valid: null (off), {', '.join(ATTENTION_NORM_KINDS)}")
             if value is not None:  # the site uses this spec's impl: none and l2 have no native one
                 check_norm(value, self.impl, key=f"norm.{key}", kinds=ATTENTION_NORM_KINDS)
+        for key, valid in (("gain", NORM_GAINS), ("qk_scope", QK_SCOPES)):
+            if getattr(self, key) not in valid:
+                raise ValueError(f"unknown norm.{key} {getattr(self, key)!r}; valid: {', '.join(valid)}")
+        if self.qk_scope == "full" and self.qk == "l2":
+            raise ValueError("norm.qk=l2 needs per-head unit vectors (its temperature multiplies cos(q, k)): set "
+                             "norm.qk_scope=head, or another norm.qk with norm.qk_scope=full")  # fmt: skip
         if PLACEMENTS[self.placement].needs_qkv_norm and None in (self.qk, self.v):
             raise ValueError(f"norm.placement={self.placement!r} normalizes q, k and v inside attention: set norm.qk and norm.v "
                              f"(got qk={self.qk!r}, v={self.v!r}); valid: {', '.join(ATTENTION_NORM_KINDS)}")  # fmt: skip
@@ -94,12 +109,13 @@ class NormSpec:
 
     def build(self, dim: int, kind: str | None = None) -> "nn.Module":
         """This spec's norm over a last dimension of size ``dim``, or the attention-site norm ``kind``
-        (``self.qk``, ``self.v``: ``l2`` included) with this spec's impl, eps and bias; see
+        (``self.qk``, ``self.v``: ``l2`` included) with this spec's impl, eps, bias and gain; see
         ``model.norms.build_norm``."""
         from model.norms import build_norm  # torch: this module imports without it
 
-        return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias, attention=kind is not None,
-                          powernorm_warmup=self.powernorm_warmup, powernorm_groups=self.powernorm_groups)  # fmt: skip
+        return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias, gain=self.gain,
+                          attention=kind is not None, powernorm_warmup=self.powernorm_warmup,
+                          powernorm_groups=self.powernorm_groups)  # fmt: skip
 
 
 _SPEC_KEYS = tuple(f.name for f in fields(NormSpec))
@@ -112,7 +128,7 @@ class BlockNorm:
     Attributes:
         stack: ``enc`` or ``dec``; None: both.
         layers: 0-based layer indices in the stack; None: every layer.
-        kind, impl, placement, eps, bias, qk, v, mix_ln_alpha: as in :class:`NormSpec`; None keeps the value
+        kind, impl, placement, eps, bias, qk, v, gain, qk_scope, mix_ln_alpha: as in :class:`NormSpec`; None keeps the value
             set by the ``norm.*`` keys (to turn an attention norm off, give ``none``).
         powernorm_warmup, powernorm_groups: as in :class:`NormSpec`; None keeps the value set by the ``norm.*`` keys.
         gpas: as in :class:`NormSpec`; None keeps the value set by ``norm.gpas``.
@@ -127,6 +143,8 @@ class BlockNorm:
     bias: bool | None = None
     qk: str | None = None
     v: str | None = None
+    gain: str | None = None
+    qk_scope: str | None = None
     mix_ln_alpha: float | None = None
     powernorm_warmup: int | None = None
     powernorm_groups: int | None = None

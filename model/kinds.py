@@ -9,6 +9,12 @@ ATTENTION_ONLY_KINDS = ("l2",)
 # Norm kinds offered at the attention norm sites (``norm.qk``, ``norm.v``), over d_head.
 ATTENTION_NORM_KINDS = ("none", "layernorm", "rmsnorm", "l2")
 NORM_IMPLS = ("custom", "native")
+# How a norm's per-channel gain ``weight`` is stored (``model.gains``): ``plain`` (the gain itself) or ``unit_offset``
+# (w, applied as 1 + w, Gemma 3's zero-centred gains).
+NORM_GAINS = ("plain", "unit_offset")
+# Where QK-norm acts (``model.attention``): ``head`` (over d_head after the head split: Gemma 3, Qwen3) or ``full``
+# (over d_model = heads x d_head before it: OLMo 2).
+QK_SCOPES = ("head", "full")
 NATIVE_KINDS = ("layernorm", "rmsnorm", "batchnorm")  # the kinds torch has a module for: nn.LayerNorm, nn.RMSNorm, nn.BatchNorm1d
 # Kinds whose statistics read the batch (``model.batch_reading.BatchReadingNorm``): in the decoder they see future
 # target positions in training, so a config puts them there only with ``norm.decoder_batch_stats`` (``model.config``).

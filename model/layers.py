@@ -40,16 +40,19 @@ class FeedForward(nn.Module):
 
 
 def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> MultiHeadAttention:
-    """A ``MultiHeadAttention`` with the norm sites ``spec.qk`` / ``spec.v`` over d_head (None: off),
-    and a learned temperature (init ``QK_L2_TEMPERATURE``) where q and k are l2-normalized."""
+    """A ``MultiHeadAttention`` with the norm sites ``spec.qk`` (over d_head, or over d_model with
+    ``spec.qk_scope == "full"``) and ``spec.v`` (over d_head) (None: off), and a learned temperature
+    (init ``QK_L2_TEMPERATURE``) where q and k are l2-normalized."""
     d_head = cfg.d_model // cfg.n_heads
+    d_qk = cfg.d_model if spec.qk_scope == "full" else d_head
 
-    def site(kind: str | None) -> nn.Module | None:
-        return None if kind is None else spec.build(d_head, kind)
+    def site(kind: str | None, dim: int) -> nn.Module | None:
+        return None if kind is None else spec.build(dim, kind)
 
-    norms = {"q_norm": site(spec.qk), "k_norm": site(spec.qk), "v_norm": site(spec.v)}
+    norms = {"q_norm": site(spec.qk, d_qk), "k_norm": site(spec.qk, d_qk), "v_norm": site(spec.v, d_head)}
     temperature = QK_L2_TEMPERATURE if spec.qk == "l2" else None
-    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, temperature=temperature, **norms)
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, temperature=temperature,
+                              qk_scope=spec.qk_scope, **norms)  # fmt: skip
 
 
 def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Callable[[nn.Module], Residual]:

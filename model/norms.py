@@ -12,7 +12,9 @@ precision, and a hand-written fp16 LayerNorm then silently returns zeros. Float6
 so a float64 model is exact to float64 (tests/test_preln_prerms.py relies on it).
 
 ``custom`` and ``native`` of the same kind have identical parameter names and shapes
-(``weight``, and ``bias`` for LayerNorm), so a state dict moves between them.
+(``weight``, and ``bias`` for LayerNorm), so a state dict moves between them. With ``gain="unit_offset"``
+(``model.gains``) the stored gain is ``parametrizations.weight.original`` (w) and ``weight`` reads 1 + w, for
+custom and native alike.
 """
 
 from collections.abc import Callable
@@ -25,7 +27,8 @@ from torch import nn
 from model.batch_reading import BatchReadingNorm as BatchReadingNorm
 from model.batch_reading import wide as _wide
 from model.batchnorm import BatchNorm, NativeBatchNorm
-from model.kinds import ATTENTION_ONLY_KINDS, NORM_KINDS, check_norm
+from model.gains import apply_unit_offset
+from model.kinds import ATTENTION_ONLY_KINDS, NORM_GAINS, NORM_KINDS, check_norm
 from model.powernorm import PowerNorm
 
 
@@ -284,6 +287,7 @@ def build_norm(
     impl: str = "custom",
     eps: float = 1e-5,
     bias: bool = True,
+    gain: str = "plain",
     attention: bool = False,
     powernorm_warmup: int = 10000,
     powernorm_groups: int = 1,
@@ -299,17 +303,23 @@ def build_norm(
         eps: numerical-stability constant, passed explicitly to native modules too.
         bias: give layernorm, annotated_ln, dyt, dyisru, batchnorm and powernorm a learned shift; ignored by kinds
             without one.
+        gain: ``plain`` (the gain ``weight`` is stored as is) or ``unit_offset`` (stored as w, applied as 1 + w:
+            ``model.gains``); ignored by kinds without a gain (``none``, ``l2``).
         attention: the norm sits at an attention site (q, k or v over d_head), where the
             attention-only kinds are valid too.
         powernorm_warmup, powernorm_groups: ``powernorm``'s ``warmup_iters`` and ``group_num``
             (``model.powernorm.PowerNorm``; defaults: the official class defaults); other kinds ignore them.
 
     Raises:
-        ValueError: unknown kind or impl, or a kind without that impl (the message lists the
+        ValueError: unknown kind, impl or gain, or a kind without that impl (the message lists the
             valid ones); ``dim`` not divisible by ``powernorm_groups`` (kind powernorm).
     """
     check_norm(kind, impl, kinds=NORM_KINDS + ATTENTION_ONLY_KINDS if attention else NORM_KINDS)
+    if gain not in NORM_GAINS:
+        raise ValueError(f"unknown norm.gain {gain!r}; valid: {', '.join(NORM_GAINS)}")
     factory = _REGISTRY[(kind, impl)]
     if kind == "powernorm":  # the one kind with settings beyond (dim, eps, bias)
-        return factory(dim, eps, bias, warmup_iters=powernorm_warmup, group_num=powernorm_groups)
-    return factory(dim, eps, bias)
+        norm = factory(dim, eps, bias, warmup_iters=powernorm_warmup, group_num=powernorm_groups)
+    else:
+        norm = factory(dim, eps, bias)
+    return apply_unit_offset(norm) if gain == "unit_offset" else norm

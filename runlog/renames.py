@@ -26,6 +26,8 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "model.weight_norm": False,  # plain nn.Linear weights
     "telemetry.batch_stats": False,  # no bstat/ metrics were recorded
     "norm.gpas": False,  # no GPAS gate in any block
+    "norm.gain": "plain",  # every gain was stored as itself
+    "norm.qk_scope": "head",  # norm.qk acted per head
 }
 
 

@@ -133,11 +133,14 @@ class ActivationStats:
     @staticmethod
     def _attention_norm_taps(stack: str, i: int, r: str, attn: MultiHeadAttention) -> Iterator[_Tap]:
         """The filled ``q_norm``/``k_norm``/``v_norm`` of attention ``r``: queries are positions of
-        this stack, keys and values of the source in cross-attention and of this stack otherwise."""
+        this stack, keys and values of the source in cross-attention and of this stack otherwise. Their
+        outputs are (B, H, L, K), except q_norm's and k_norm's under ``norm.qk_scope=full``, (B, L, D)."""
         keys = "enc" if r == "cross_attn" else stack
         for site in (s for s in ATTENTION_NORM_SITES if not isinstance(getattr(attn, s), nn.Identity)):
             positions = stack if site == "q_norm" else keys
-            yield _Tap(stack, i, f"{r}.{site}", getattr(attn, site), positions, features=(1, 3))
+            # norm.qk_scope=full: the q and k norms see (B, L, D) before the head split; the same elements
+            full = attn.qk_full and site != "v_norm"
+            yield _Tap(stack, i, f"{r}.{site}", getattr(attn, site), positions, features=(-1,) if full else (1, 3))
 
     def hooks(self, src_pad_mask: torch.Tensor, tgt_pad_mask: torch.Tensor) -> list[RemovableHandle]:
         """Register a hook on every tap; the caller removes them.

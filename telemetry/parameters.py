@@ -139,7 +139,8 @@ def _scalar(p: torch.Tensor) -> torch.Tensor:
 def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
     """The learned scales of a norm or residual gate, as 0-dim float32 tensors: ``gain_mean`` = mean and
     ``gain_max`` = max |.| of its ``weight`` (LayerNorm's / RMSNorm's gain, ScaleNorm's g, DyT's and
-    DyISRU's weight, LayerScale's lambda), except a scalar gate's, ReZero's alpha, given as ``alpha``;
+    DyISRU's weight, LayerScale's lambda): the gain applied, so under ``norm.gain=unit_offset`` (``model.gains``) the
+    effective 1 + w, which ``weight`` reads; except a scalar gate's, ReZero's alpha, given as ``alpha``;
     DyT's ``alpha`` and DyISRU's ``beta``; SeeDNorm's ``dyn_max`` = max |alpha| (its effective gain
     ``tanh(x . beta) alpha + weight`` stays within ``weight +- |alpha|``) and ``beta_norm`` = ||beta||_2
     (``|x . beta| <= ||x|| ||beta||``: how far the input can push tanh). None of them for ``nn.Identity`` or

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.attention import MultiHeadAttention
+from model.kinds import NORM_KINDS
 from model.norms import L2Norm, LayerNorm, RMSNorm
 from model.transformer import DecoderCache, EncoderDecoder
 from tests.conftest import make_cfg, model_config
@@ -81,8 +82,10 @@ def test_per_block_attention_norms_follow_the_plan():
 
 
 @pytest.mark.parametrize(
-    "overrides", [("norm.qk=layernorm",), ("norm.qk=rmsnorm", "norm.v=rmsnorm", "norm=post_ln"), ("norm.qk=l2", "norm.v=l2")]
-)
+    "overrides",
+    [("norm.qk=layernorm",), ("norm.qk=rmsnorm", "norm.v=rmsnorm", "norm=post_ln"), ("norm.qk=l2", "norm.v=l2"), ("norm=olmo2",),
+     ("norm=gemma3",)],
+)  # fmt: skip
 def test_incremental_decoding_equals_full_decoding_and_normalizes_the_source_once(overrides):
     model = model_with(*overrides)
     randomize_norms(model)
@@ -183,7 +186,7 @@ def test_bad_qk_values_name_the_valid_ones(override, message):
 
 
 def test_l2_is_not_a_residual_norm_kind():
-    kinds = "layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm, annotated_ln"
+    kinds = ", ".join(NORM_KINDS)
     message = rf"unknown norm.kind 'l2'; valid kinds: {kinds}$"
     with pytest.raises(ValueError, match=message):
         model_config(make_cfg("norm.kind=l2"), V, V)

@@ -228,14 +228,16 @@ def test_placement_records_hold_what_each_placement_decides():
 
 def test_old_checkpoints_model_config_matches_the_default_plan():
     new = ModelConfig(src_vocab=V, tgt_vocab=V).to_dict()
-    old = {**new, "norm": {k: v for k, v in new["norm"].items() if k not in ("qk", "v", "blocks", "mix_ln_alpha")}}
+    added = ("qk", "v", "blocks", "mix_ln_alpha", "gain", "qk_scope")
+    old = {**new, "norm": {k: v for k, v in new["norm"].items() if k not in added}}
     assert config_diff(ModelConfig.from_dict(old).to_dict(), new) == ""  # a checkpoint from before issue 12 resumes
     planned = ModelConfig(
         src_vocab=V, tgt_vocab=V, norm=NormConfig(blocks=[{"stack": "enc", "layers": [0], "placement": "post"}])
     )
     saved = planned.to_dict()
     assert saved["norm"]["blocks"] == ({"stack": "enc", "layers": (0,), "kind": None, "impl": None, "placement": "post",
-                                        "eps": None, "bias": None, "qk": None, "v": None, "mix_ln_alpha": None,
+                                        "eps": None, "bias": None, "qk": None, "v": None, "gain": None, "qk_scope": None,
+                                        "mix_ln_alpha": None,
                                         "powernorm_warmup": None, "powernorm_groups": None, "gpas": None},)  # fmt: skip
     assert NormConfig(**saved["norm"]) == planned.norm  # a checkpoint rebuilds the same plan (scripts/predict.py)
     assert NormConfig(blocks=[]).blocks is None

@@ -372,6 +372,9 @@ VARIANT_PRESETS = {
     "pre_dyisru": "pre",
     "pre_ln_qk": "pre",
     "pre_ln_qk_l2": "pre",
+    "olmo2": "res_post",
+    "gemma3": "sandwich",
+    "pre_rms_zc": "pre",
 }
 
 

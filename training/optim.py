@@ -17,7 +17,10 @@ def build_optimizer(
     """AdamW (Loshchilov & Hutter 2019) with the fused kernel on CUDA.
 
     Weight decay applies to matrices and embeddings (dim >= 2) only: decaying norm gains and
-    biases would pull the norms being studied toward zero. WeightNorm's g (``model.weight_norm``), a
+    biases would pull the norms being studied toward zero. Zero-centred gains (``norm.gain=unit_offset``,
+    ``model.gains``) store w of the gain 1 + w, 1-D too, so they get none either: AdamW's step on w is then the step
+    the plain gain takes, and the two train alike up to float rounding (tests/test_gains.py). Decay would tell them
+    apart, pulling a plain gain toward 0 and a zero-centred one toward 1, the identity. WeightNorm's g (``model.weight_norm``), a
     per-row gain of shape (out, 1), gets none either; its v, the direction, is decayed as a matrix: the
     output does not depend on ||v||, so decay only shrinks ||v||, which enlarges the step on the direction
     (under AdamW an update's size does not follow the gradient's scale, so the angle it turns v / ||v|| by
