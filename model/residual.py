@@ -57,6 +57,10 @@ class Residual(nn.Module):
         dim: D, the size of a per-channel gate.
         gate: the gate to use when the plan has one and it is shared with the block's other
             sublayers (ReZero); None: a new one from the plan.
+        hc: the hyper-connection (``model.hyper_connections``) that reads the sublayer's input from the
+            n residual streams and writes its update back, in place of ``x + update``; None: the plain
+            residual. The config admits it only with a plan that has no ``norm_out``, alpha 1, no normed
+            skip and no block skip (``ModelConfig``).
 
     Shapes: x (B, T, D) -> (B, T, D); ``skip`` (forward) the same shape as x; ``keep`` (forward)
     (B, T) bool, True at the stream's real tokens.
@@ -70,6 +74,7 @@ class Residual(nn.Module):
         dropout: float,
         dim: int,
         gate: Gate | None = None,
+        hc: nn.Module | None = None,
     ) -> None:
         super().__init__()
 
@@ -89,6 +94,7 @@ class Residual(nn.Module):
             self.gate = gate if gate is not None else Gate(dim if plan.gate[0] else 1, plan.gate[1])
         self.dropout = nn.Dropout(dropout)
         self.norm_out = slot(use_out)
+        self.hc = hc
         # Which slots read the batch, decided here so that token-wise norms are called as norm(x) at no cost.
         self.in_reads, self.branch_reads, self.out_reads = (
             isinstance(n, BatchReadingNorm) for n in (self.norm_in, self.norm_branch, self.norm_out)
@@ -103,17 +109,27 @@ class Residual(nn.Module):
     ) -> torch.Tensor:
         """``skip``: a tensor added before ``norm_out`` as well (B2T's block input); None: none.
         ``keep``: the stream's keep mask, passed to the slots that hold a ``BatchReadingNorm``
-        (required where one does; token-wise norms never see it)."""
-        h = self.norm_in(x, keep) if self.in_reads else self.norm_in(x)
+        (required where one does; token-wise norms never see it). With ``hc``, x holds the n streams
+        (B, T, n*D) and the hyper-connection adds the update to them."""
+        if self.hc is not None:
+            return self.hc(x, lambda h: self._update(self._norm_in(h, keep), context, keep))
+        h = self._norm_in(x, keep)
         if self.normed_skip:  # HybridNorm's FFN: the normed stream is what carries on
             x = h
+        y = x if self.alpha == 1.0 else x * self.alpha
+        y = y + self._update(h, context, keep)
+        y = y if skip is None else y + skip
+        return self.norm_out(y, keep) if self.out_reads else self.norm_out(y)
+
+    def _norm_in(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        return self.norm_in(x, keep) if self.in_reads else self.norm_in(x)
+
+    def _update(self, h: torch.Tensor, context: tuple, keep: torch.Tensor | None) -> torch.Tensor:
+        """``dropout(gate(norm_branch(branch(in_scale * h, *context))))`` for h the ``norm_in`` output."""
         if self.in_scale != 1.0:
             h = h * self.in_scale
             if context and context[0] is not None:  # a cross-attention's memory (self-attention passes None)
                 context = (context[0] * self.in_scale, *context[1:])
-        y = x if self.alpha == 1.0 else x * self.alpha
         f = self.branch(h, *context)
         f = self.norm_branch(f, keep) if self.branch_reads else self.norm_branch(f)
-        y = y + self.dropout(self.gate(f))
-        y = y if skip is None else y + skip
-        return self.norm_out(y, keep) if self.out_reads else self.norm_out(y)
+        return self.dropout(self.gate(f))
