@@ -25,7 +25,11 @@ HC_DEFAULT_STREAMS = 4  # n of HC's LM runs (Zhu et al. 2025, "HC x4") and of mH
 HC_PLACEMENTS = tuple(
     name
     for name, p in PLACEMENTS.items()
-    if p.final_norm and p.by_depth is None and not p.slots[2] and not p.normed_skip and not p.block_skip
+    if p.final_norm
+    and p.by_depth is None
+    and not p.slots[2]
+    and not p.normed_skip
+    and not p.block_skip
     and p.residual_scale("enc", 1, 1) == 1.0
 )
 

@@ -150,3 +150,49 @@ def test_impossible_hyper_connection_configs_fail_at_config_time(cfg, message):
         NormConfig(hc="mhcx")
     assert HC_PLACEMENTS == ("pre", "sandwich", "lns", "res_post", "layerscale")
     assert ModelConfig(src_vocab=20, tgt_vocab=20, norm=NormConfig(hc="dynamic")).residual_streams == 4
+
+
+def test_hc_gain_telemetry_records_each_stacks_composite_gain_over_real_tokens():
+    from telemetry.hyper_connections import HyperConnectionStats
+
+    src, tgt = batch()
+    src_pad, tgt_pad = src.eq(0), torch.zeros_like(tgt, dtype=torch.bool)
+    for hc, expected in (("static", 1.0), ("mhc", None)):
+        model, stats = build(hc), {}
+        handles = HyperConnectionStats(model, stats).hooks(src_pad, tgt_pad)
+        with torch.no_grad():
+            model(src, tgt)
+        for h in handles:
+            h.remove()
+        assert sorted(stats) == ["hc/dec/bwd_gain", "hc/dec/fwd_gain", "hc/enc/bwd_gain", "hc/enc/fwd_gain"]
+        if expected is not None:  # A = I at HC's init
+            assert all(v.item() == expected for v in stats.values())
+            continue
+        # mHC: doubly stochastic up to Sinkhorn's residual; the value is the max over real tokens of the hand product
+        x = model.streams(model.src_embed(src))
+        mats = []
+        for layer in model.encoder:
+            for r in ("self_attn", "ffn"):
+                mats.append(getattr(layer, r).hc.residual_matrix(x))
+                x = getattr(layer, r)(x, *((None, src_pad) if r == "self_attn" else ()))
+        fwd, _ = composite_gain(mats)
+        assert stats["hc/enc/fwd_gain"].item() == pytest.approx(fwd[~src_pad].max().item(), abs=1e-6)
+        assert all(abs(v.item() - 1) < 1e-3 for v in stats.values())
+    model, stats = build(), {}
+    assert HyperConnectionStats(model, stats).hooks(src_pad, tgt_pad) == []
+
+
+def test_static_mixing_gets_no_weight_decay_and_the_log_note_counts_hc_parameters():
+    from training.optim import build_optimizer
+    from training.run import hyper_connection_note
+
+    model = build("dynamic")
+    opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
+    no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0.0 for p in g["params"]}
+    hc = model.encoder[0].ffn.hc
+    assert id(hc.static_alpha) in no_decay and id(hc.alpha_fn) not in no_decay
+    total = sum(p.numel() for p in model.parameters())
+    plain = sum(p.numel() for p in build().parameters())
+    assert hyper_connection_note(model) == (f" ({total:,}; {total - plain:,} of them hyper-connections, norm.hc=dynamic "
+                                            f"over 4 streams; {plain:,} with one plain stream)")  # fmt: skip
+    assert hyper_connection_note(build()) == ""
