@@ -372,6 +372,8 @@ VARIANT_PRESETS = {
     "pre_dyisru": "pre",
     "pre_ln_qk": "pre",
     "pre_ln_qk_l2": "pre",
+    "pre_ln_hc": "pre",
+    "pre_ln_mhc": "pre",
 }
 
 
