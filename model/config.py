@@ -11,7 +11,7 @@ overrides chosen blocks, and ``ModelConfig.block_norm(stack, index)`` resolves o
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from model.kinds import ATTENTION_NORM_KINDS, BATCH_READING_KINDS, NORM_GAINS, QK_SCOPES, check_norm
+from model.kinds import ATTENTION_NORM_KINDS, BATCH_READING_KINDS, HC_KINDS, NORM_GAINS, QK_SCOPES, check_norm
 from model.placements import PLACEMENTS, check_placement
 from runlog.metric_names import STACKS
 
@@ -19,6 +19,19 @@ if TYPE_CHECKING:
     from torch import nn
 
 POSITIONS = ("sinusoidal", "learned")
+HC_DEFAULT_STREAMS = 4  # n of HC's LM runs (Zhu et al. 2025, "HC x4") and of mHC (Xie et al. 2025; DeepSeek-V4's hc_mult)
+# Placements whose sublayers are x + update(x) (no norm_out, alpha 1, no normed or block skip): hyper-connections
+# take the place of that sum.
+HC_PLACEMENTS = tuple(
+    name
+    for name, p in PLACEMENTS.items()
+    if p.final_norm
+    and p.by_depth is None
+    and not p.slots[2]
+    and not p.normed_skip
+    and not p.block_skip
+    and p.residual_scale("enc", 1, 1) == 1.0
+)
 
 
 @dataclass(frozen=True)
@@ -193,21 +206,26 @@ class NormConfig(NormSpec):
         decoder_batch_stats: admit a batch-reading kind (``model.kinds.BATCH_READING_KINDS``) in the
             decoder's blocks and final norm, whose training statistics read future target positions
             (a causality leak; :class:`ModelConfig` checks it, knowing the decoder's depth).
+        hc: hyper-connections over ``model.residual_streams`` streams around every sublayer
+            (``model.hyper_connections.HC_KINDS``: static, dynamic, mhc); None: the plain residual.
 
     Raises:
         ValueError: a bad ``norm.*`` value (see :class:`NormSpec`), or a bad ``norm.blocks``
             entry: not a mapping, an unknown key, stack or layer index, an entry that changes
             nothing, or a combination its blocks cannot take (the message names the entry);
-            ``decoder_batch_stats`` not a bool.
+            ``decoder_batch_stats`` not a bool; an unknown ``hc``.
     """
 
     blocks: tuple[BlockNorm, ...] | None = None
     decoder_batch_stats: bool = False
+    hc: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.decoder_batch_stats, bool):
             raise ValueError(f"norm.decoder_batch_stats must be true or false, got {self.decoder_batch_stats!r}")
+        if self.hc is not None and self.hc not in HC_KINDS:
+            raise ValueError(f"unknown norm.hc {self.hc!r}; valid: null (off), {', '.join(HC_KINDS)}")
         if self.blocks is not None and not isinstance(self.blocks, list | tuple):
             raise ValueError(f"norm.blocks={self.blocks!r} is invalid; expected a list of mappings or null")
         if not self.blocks:  # an empty list is no override: None, so the saved config matches an old checkpoint's
@@ -260,13 +278,17 @@ class ModelConfig:
         norm: the normalization axes, planned per block (``block_norm(stack, index)``).
         weight_norm: reparametrize every linear layer of the blocks as ``w = g * v / ||v||``
             (WeightNorm, Salimans & Kingma 2016; ``model.weight_norm``), after the init; with any norm kind.
+        residual_streams: n, the residual streams of hyper-connections (``norm.hc``); None: 1 without
+            them, ``HC_DEFAULT_STREAMS`` (4) with them; resolved here, so the saved config holds the number.
 
     Raises:
         ValueError: a size out of range, d_model not divisible by n_heads, an unknown
             positions kind, a ``norm.blocks`` layer index past its stack (the message names the
             value and the valid range or choices); ``weight_norm`` not a bool; a batch-reading norm kind in a decoder block
             (and so in the decoder's final norm, which takes the last block's kind) without
-            ``norm.decoder_batch_stats`` (the message names both fixes).
+            ``norm.decoder_batch_stats`` (the message names both fixes); ``residual_streams`` not null or
+            an integer >= 1, > 1 without ``norm.hc``, or ``norm.hc`` with GPAS or with a block whose placement normalizes,
+            scales or re-routes the stream (the message lists the placements that admit it).
     """
 
     src_vocab: int
@@ -286,6 +308,7 @@ class ModelConfig:
     share_embeddings: bool = False
     norm: NormConfig = field(default_factory=NormConfig)
     weight_norm: bool = False
+    residual_streams: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
@@ -310,6 +333,7 @@ class ModelConfig:
         if not isinstance(self.weight_norm, bool):
             raise ValueError(f"model.weight_norm must be true or false, got {self.weight_norm!r}")
         self._check_block_layers()
+        self._check_hyper_connections()
         self._check_decoder_batch_stats()
         self._check_powernorm_groups()
 
@@ -321,6 +345,28 @@ class ModelConfig:
                 past = [j for j in block.layers or () if j >= n]
                 if past:
                     raise ValueError(f"norm.blocks[{i}].layers has {past[0]}, but model.{key}={n}; valid: 0..{n - 1}")
+
+    def _check_hyper_connections(self) -> None:
+        n = self.residual_streams
+        if n is None:  # frozen: resolved once, so to_dict saves the number
+            object.__setattr__(self, "residual_streams", 1 if self.norm.hc is None else HC_DEFAULT_STREAMS)
+        elif isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"model.residual_streams must be null or an integer >= 1, got {n!r}")
+        elif n > 1 and self.norm.hc is None:
+            raise ValueError(f"model.residual_streams={n} needs hyper-connections: set norm.hc to one of {', '.join(HC_KINDS)}")
+        if self.norm.hc is None:
+            return
+        # The streams replace the plain x + update: a block that normalizes, scales or re-routes x has no place for them.
+        for stack, n_layers in (("enc", self.n_enc_layers), ("dec", self.n_dec_layers)):
+            for i in range(n_layers):
+                spec = self.block_norm(stack, i)
+                if spec.gpas:  # GPAS scales the stream after x + update, which the hyper-connection replaces
+                    raise ValueError(f"norm.hc={self.norm.hc} cannot be used with norm.gpas=true ({stack} block {i}); "
+                                     "turn one of them off")  # fmt: skip
+                placement = spec.placement
+                if placement not in HC_PLACEMENTS:
+                    raise ValueError(f"norm.hc={self.norm.hc} cannot be used with norm.placement={placement!r} ({stack} block "
+                                     f"{i}); valid placements: {', '.join(HC_PLACEMENTS)}")  # fmt: skip
 
     def _check_decoder_batch_stats(self) -> None:
         # A batch-reading norm's training statistics over a target stream include every position of every

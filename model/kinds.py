@@ -19,6 +19,7 @@ NATIVE_KINDS = ("layernorm", "rmsnorm", "batchnorm")  # the kinds torch has a mo
 # Kinds whose statistics read the batch (``model.batch_reading.BatchReadingNorm``): in the decoder they see future
 # target positions in training, so a config puts them there only with ``norm.decoder_batch_stats`` (``model.config``).
 BATCH_READING_KINDS = ("batchnorm", "powernorm")
+HC_KINDS = ("static", "dynamic", "mhc")  # norm.hc: hyper-connections' weights (``model.hyper_connections``)
 NORM_PAIRS = tuple((k, i) for k in NORM_KINDS + ATTENTION_ONLY_KINDS for i in NORM_IMPLS if i == "custom" or k in NATIVE_KINDS)
 
 

@@ -14,7 +14,8 @@ from torch import nn
 
 from model.attention import QK_L2_TEMPERATURE, KVCache, MultiHeadAttention
 from model.config import ModelConfig, NormSpec
-from model.placements import PLACEMENTS
+from model.hyper_connections import hyper_connection
+from model.placements import PLACEMENTS, residual_sublayers
 from model.residual import GPAS, Residual
 
 
@@ -59,17 +60,24 @@ def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Calla
     """A function wrapping each branch of block ``index`` of ``stack`` in its ``Residual``, planned by
     ``spec``'s placement record for that sublayer (attention or FFN) and depth, its norms built from
     ``spec``. A gate the record shares across the block (ReZero) is built once, and so is the block's
-    GPAS gate (``spec.gpas``: one per layer, as the official code's ``GPASBlock``)."""
+    GPAS gate (``spec.gpas``: one per layer, as the official code's ``GPASBlock``). With ``norm.hc`` each
+    sublayer gets its hyper-connection over ``cfg.residual_streams`` streams, told its index in the stack."""
     placement = PLACEMENTS[spec.placement]
     shared: list[Residual] = []
+    built: list[Residual] = []
+    per_block = residual_sublayers(stack, 1, 1)
     gpas = GPAS() if spec.gpas else None
 
     def wrap(branch: nn.Module) -> Residual:
         plan = placement.plan(isinstance(branch, MultiHeadAttention), stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
         gate = shared[0].gate if shared else None
-        residual = Residual(branch, plan, lambda: spec.build(cfg.d_model), cfg.dropout, cfg.d_model, gate, gpas)
+        hc = cfg.norm.hc
+        if hc is not None:
+            hc = hyper_connection(hc, cfg.residual_streams, cfg.d_model, index * per_block + len(built), spec.eps)
+        residual = Residual(branch, plan, lambda: spec.build(cfg.d_model), cfg.dropout, cfg.d_model, gate, gpas, hc)
         if placement.gate is not None and placement.gate.shared:
             shared.append(residual)
+        built.append(residual)
         return residual
 
     return wrap

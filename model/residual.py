@@ -88,6 +88,10 @@ class Residual(nn.Module):
             sublayers (ReZero); None: a new one from the plan.
         gpas: the block's :class:`GPAS`, shared by its sublayers (one gate per layer, as the official
             ``GPASBlock`` is called after both sublayers of a decoder layer); None: no GPAS.
+        hc: the hyper-connection (``model.hyper_connections``) that reads the sublayer's input from the
+            n residual streams and writes its update back, in place of ``x + update``; None: the plain
+            residual. The config admits it only with a plan that has no ``norm_out``, alpha 1, no normed
+            skip and no block skip (``ModelConfig``).
 
     Shapes: x (B, T, D) -> (B, T, D); ``skip`` (forward) the same shape as x; ``keep`` (forward)
     (B, T) bool, True at the stream's real tokens.
@@ -102,6 +106,7 @@ class Residual(nn.Module):
         dim: int,
         gate: Gate | None = None,
         gpas: GPAS | None = None,
+        hc: nn.Module | None = None,
     ) -> None:
         super().__init__()
 
@@ -123,6 +128,7 @@ class Residual(nn.Module):
         self.norm_out = slot(use_out)
         self.gpas = gpas
         self.gpas_on_skip = use_out  # a closing norm rescales the sum anyway: GPAS scales the skip instead
+        self.hc = hc
         # Which slots read the batch, decided here so that token-wise norms are called as norm(x) at no cost.
         self.in_reads, self.branch_reads, self.out_reads = (
             isinstance(n, BatchReadingNorm) for n in (self.norm_in, self.norm_branch, self.norm_out)
@@ -137,20 +143,30 @@ class Residual(nn.Module):
     ) -> torch.Tensor:
         """``skip``: a tensor added before ``norm_out`` as well (B2T's block input); None: none.
         ``keep``: the stream's keep mask, passed to the slots that hold a ``BatchReadingNorm``
-        (required where one does; token-wise norms never see it)."""
-        h = self.norm_in(x, keep) if self.in_reads else self.norm_in(x)
+        (required where one does; token-wise norms never see it). With ``hc``, x holds the n streams
+        (B, T, n*D) and the hyper-connection adds the update to them."""
+        if self.hc is not None:
+            return self.hc(x, lambda h: self._update(self._norm_in(h, keep), context, keep))
+        h = self._norm_in(x, keep)
         if self.normed_skip:  # HybridNorm's FFN: the normed stream is what carries on
             x = h
-        if self.in_scale != 1.0:
-            h = h * self.in_scale
-            if context and context[0] is not None:  # a cross-attention's memory (self-attention passes None)
-                context = (context[0] * self.in_scale, *context[1:])
         y = self.gpas(x) if self.gpas is not None and self.gpas_on_skip else x
         y = y if self.alpha == 1.0 else y * self.alpha
-        f = self.branch(h, *context)
-        f = self.norm_branch(f, keep) if self.branch_reads else self.norm_branch(f)
-        y = y + self.dropout(self.gate(f))
+        y = y + self._update(h, context, keep)
         y = y if skip is None else y + skip
         if self.gpas is not None and not self.gpas_on_skip:
             y = self.gpas(y)
         return self.norm_out(y, keep) if self.out_reads else self.norm_out(y)
+
+    def _norm_in(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        return self.norm_in(x, keep) if self.in_reads else self.norm_in(x)
+
+    def _update(self, h: torch.Tensor, context: tuple, keep: torch.Tensor | None) -> torch.Tensor:
+        """``dropout(gate(norm_branch(branch(in_scale * h, *context))))`` for h the ``norm_in`` output."""
+        if self.in_scale != 1.0:
+            h = h * self.in_scale
+            if context and context[0] is not None:  # a cross-attention's memory (self-attention passes None)
+                context = (context[0] * self.in_scale, *context[1:])
+        f = self.branch(h, *context)
+        f = self.norm_branch(f, keep) if self.branch_reads else self.norm_branch(f)
+        return self.dropout(self.gate(f))

@@ -13,6 +13,7 @@ from torch import nn
 
 from model.attention import KVCache
 from model.config import ModelConfig
+from model.hyper_connections import HC_MODULES, stream_merge
 from model.layers import DecoderLayer, EncoderLayer
 from model.norms import BatchReadingNorm
 from model.placements import PLACEMENTS
@@ -91,7 +92,9 @@ class EncoderDecoder(nn.Module):
 
     Module paths are stable across placements (empty norm slots are ``nn.Identity``):
     ``src_embed``, ``encoder.{i}``, ``enc_final_norm``, ``tgt_embed``, ``decoder.{i}``,
-    ``dec_final_norm``, ``output``. With ``cfg.share_embeddings`` (one joint vocabulary) the
+    ``dec_final_norm``, ``output``; with ``norm.hc`` also ``enc_streams_merge`` and ``dec_streams_merge``,
+    and each residual sublayer's ``hc`` (``model.hyper_connections``), its blocks reading and writing
+    (B, L, n*D) streams. With ``cfg.share_embeddings`` (one joint vocabulary) the
     source and target embeddings are one matrix, and with ``cfg.tie_embeddings`` so is the output.
 
     With ``cfg.weight_norm`` every linear layer of the blocks is ``w = g * v / ||v||`` (``model.weight_norm``):
@@ -111,6 +114,9 @@ class EncoderDecoder(nn.Module):
         self.enc_final_norm = final_norm(cfg, "enc", cfg.n_enc_layers)
         self.decoder = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_dec_layers))
         self.dec_final_norm = final_norm(cfg, "dec", cfg.n_dec_layers)
+        if cfg.norm.hc is not None:  # hyper-connections: each stack's n streams become one before its final norm
+            self.enc_streams_merge = stream_merge(cfg.norm.hc, cfg.residual_streams, D)
+            self.dec_streams_merge = stream_merge(cfg.norm.hc, cfg.residual_streams, D)
         self.output = nn.Linear(D, cfg.tgt_vocab, bias=False)
         self.reads_batch = any(isinstance(m, BatchReadingNorm) for m in self.modules())
         self.enc_final_reads = isinstance(self.enc_final_norm, BatchReadingNorm)
@@ -126,10 +132,13 @@ class EncoderDecoder(nn.Module):
     def _init_weights(self) -> None:
         # Xavier-uniform matrices and zero biases as in torch.nn.Transformer; embeddings
         # N(0, D^-1/2) so that after the sqrt(D) scale they have unit variance (fairseq).
+        # Hyper-connection weights keep their own init (model.hyper_connections).
         # Parameters are drawn in named_parameters() order, then each block's placement init rule
         # (DeepNet's beta-scaled Xavier-normal, T-Fixup's scaling) redraws or scales that block's
         # matrices, in block order.
         for module in self.modules():
+            if isinstance(module, HC_MODULES):  # their own init (model.hyper_connections), drawn at construction
+                continue
             for p in module.parameters(recurse=False):
                 if isinstance(module, nn.Embedding):
                     nn.init.normal_(p, std=self.cfg.d_model**-0.5)
@@ -150,12 +159,19 @@ class EncoderDecoder(nn.Module):
                 with torch.no_grad():
                     embed.tokens.weight.mul_(scale(stack, n, m))
 
+    def streams(self, x: torch.Tensor) -> torch.Tensor:
+        """The embedding (B, L, D) as the blocks' input: itself, or with ``norm.hc`` its n copies (B, L, n*D), the
+        streams of hyper-connections (Zhu et al. 2025, sec. 2.1; DeepSeek-V4's expand)."""
+        return x if self.cfg.norm.hc is None else x.repeat(1, 1, self.cfg.residual_streams)
+
     def encode(self, src: torch.Tensor, src_pad_mask: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, src_pad_mask (B, S) bool -> memory (B, S, D)."""
-        x = self.src_embed(src)
+        x = self.streams(self.src_embed(src))
         keep = ~src_pad_mask if self.reads_batch else None  # (B, S)
         for layer in self.encoder:
             x = layer(x, src_pad_mask, keep=keep)
+        if self.cfg.norm.hc is not None:
+            x = self.enc_streams_merge(x)
         return self.enc_final_norm(x, keep) if self.enc_final_reads else self.enc_final_norm(x)
 
     def decode(
@@ -173,10 +189,12 @@ class EncoderDecoder(nn.Module):
         if cache is not None and self.training and self.reads_batch:
             raise RuntimeError("incremental decoding with a norm that reads the batch needs model.eval()")
         start = 0 if cache is None else len(cache)
-        x = self.tgt_embed(tgt_in, start)
+        x = self.streams(self.tgt_embed(tgt_in, start))
         keep = tgt_in.ne(self.cfg.pad_id) if self.reads_batch else None  # (B, T)
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_pad_mask, None if cache is None else cache.layers[i], keep=keep)
+        if self.cfg.norm.hc is not None:
+            x = self.dec_streams_merge(x)
         return self.output(self.dec_final_norm(x, keep) if self.dec_final_reads else self.dec_final_norm(x))
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:

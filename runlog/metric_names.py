@@ -16,6 +16,9 @@ Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a 
 - ``bstat/{s}.{i}.{r}.{slot}/{stat}`` and ``bstat/{s}.final_norm/{stat}``: a batch-reading norm's batch
   statistics against its running ones (``{stat}`` a ``BATCH_STATISTICS`` name + ``_dist``: ``mean_dist``,
   ``var_dist``, ``phi_dist``; :func:`batch_stat_dist`);
+- ``hc/{s}/{fwd_gain|bwd_gain}``: with hyper-connections (``norm.hc``), the composite residual gain of stack
+  ``{s}`` (mHC's Amax Gain Magnitude: max row / column sum of |product of the residual mixing matrices|, the
+  largest over the batch's real tokens; :func:`hc_gain`);
 - ``out/{logz|max_logit}``: the output logits, and ``optim/below_eps``: the optimizer's state, families of no
   stack (the name has no middle part; the trainer's own ``optim/lr``, ``optim/grad_norm``, ... are not telemetry
   and do not parse).
@@ -97,6 +100,7 @@ FAMILY_STATS = {
     "out": ("logz", "max_logit"),
     "optim": ("below_eps",),
     "bstat": BSTAT_STATS,
+    "hc": ("fwd_gain", "bwd_gain"),
 }
 # the block sites of each family beside act; others: no site
 _BLOCK_SITES_OF = {"attn": ATTENTIONS, "weight": WEIGHT_SITES, "scale": tuple(SCALE_SITE_STATS), "bstat": RESIDUAL_NORM_SITES}
@@ -143,6 +147,10 @@ class Metric:
         if self.family == "act":
             _check("site", self.site, STACK_SITES if self.layer is None else BLOCK_SITES)
             _check(f"site of {self.stat}", self.site, ACT_STAT_SITES.get(self.stat, (self.site,)))
+            return
+        if self.family == "hc":  # a whole stack's residual path
+            _check("layer", self.layer, (None,))
+            _check("site", self.site, (None,))
             return
         if self.family == "bstat" and self.layer is None:  # a stack's final norm
             _check("site", self.site, ("final_norm",))
@@ -300,6 +308,11 @@ def batch_stat_dist(stack: str, layer: int | None, site: str, statistic: str) ->
     """
     _check("batch statistic", statistic, BATCH_STATISTICS)
     return Metric("bstat", stack, layer, site, f"{statistic}_dist")
+
+
+def hc_gain(stack: str, stat: str) -> Metric:
+    """``hc/{stack}/{stat}``: the composite residual gain of a stack's hyper-connections (``fwd_gain``, ``bwd_gain``)."""
+    return Metric("hc", stack, stat=stat)
 
 
 def output_logits(stat: str) -> Metric:

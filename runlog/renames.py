@@ -24,6 +24,8 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.powernorm_warmup": 10000,  # PowerNorm's official class defaults, which norm.kind=powernorm built before
     "norm.powernorm_groups": 1,
     "model.weight_norm": False,  # plain nn.Linear weights
+    "norm.hc": None,  # the plain residual x + F(N(x)): no hyper-connections
+    "model.residual_streams": 1,  # one residual stream
     "telemetry.batch_stats": False,  # no bstat/ metrics were recorded
     "norm.gpas": False,  # no GPAS gate in any block
     "norm.gain": "plain",  # every gain was stored as itself

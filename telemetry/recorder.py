@@ -2,7 +2,8 @@
 statistics of a training step, reduced on the device.
 
 One module per thing observed, each writing 0-dim device tensors into one shared record:
-``activations`` (``act/``), ``attention`` (``attn/``), ``batch_stats`` (``bstat/``), ``logits`` (``out/``),
+``activations`` (``act/``), ``attention`` (``attn/``), ``batch_stats`` (``bstat/``), ``hyper_connections``
+(``hc/``), ``logits`` (``out/``),
 ``parameters`` (``grad/``, ``weight/``, ``scale/``) and ``optimizer`` (``update/``, ``optim/below_eps``); ``config`` holds
 :class:`TelemetryConfig`. Names are formatted and parsed only by ``runlog/metric_names.py``; definitions,
 sources and Gaussian baselines: docs/telemetry.md.
@@ -34,6 +35,7 @@ from telemetry.attention import AttentionStats
 from telemetry.batch_stats import BatchStats
 from telemetry.config import TelemetryConfig
 from telemetry.core import DeviceStats
+from telemetry.hyper_connections import HyperConnectionStats
 from telemetry.logits import LogitStats
 from telemetry.optimizer import OptimizerStats
 from telemetry.parameters import ParameterStats
@@ -62,6 +64,7 @@ class Telemetry:
         self.activations = ActivationStats(model, cfg)
         self.attention = AttentionStats(model, cfg, self.stats)
         self.batch_stats = BatchStats(model, cfg, self.stats)
+        self.hyper_connections = HyperConnectionStats(model, self.stats)
         self.logits = LogitStats(cfg, self.stats)
         self.parameters = ParameterStats(model, cfg, self.stats)
         self.optimizer = OptimizerStats(model, cfg, self.stats)
@@ -83,6 +86,7 @@ class Telemetry:
         """
         masks = (src_pad_mask, tgt_pad_mask)
         handles = self.activations.hooks(*masks) + self.attention.hooks(*masks) + self.batch_stats.hooks()
+        handles += self.hyper_connections.hooks(*masks)
         try:
             yield
         finally:

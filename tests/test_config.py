@@ -103,7 +103,7 @@ def test_setting_a_sweep_jobs_keys_on_a_composed_config_is_what_hydra_composes()
         ("+seeds=1", "seeds is not a key of the config; valid keys: seed, model, norm, data, optim, schedule, trainer, logger, "
          "telemetry, decode, train"),
         ("+model.vocab=5", "model.vocab is not a key of model; valid keys: d_model, n_heads, d_ff, n_enc_layers, n_dec_layers, "
-         "dropout, attn_dropout, act_dropout, max_len, positions, tie_embeddings, weight_norm"),
+         "dropout, attn_dropout, act_dropout, max_len, positions, tie_embeddings, weight_norm, residual_streams"),
         ("data=multi30k +data.keep_stress=true", f"data.keep_stress is not a key of data (translation); valid keys: "
          f"{TRANSLATION_KEYS}"),
         ("data=multi30k +data.hub.splits.dev=x", "data.hub.splits.dev is not a key of data.hub.splits; valid keys: train, "
@@ -189,7 +189,7 @@ def test_norm_presets_compose_to_the_values_they_had_before_the_shared_base():
             norm = OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm)
             off = {"qk": None, "v": None, "blocks": None, "mix_ln_alpha": 0.25, "decoder_batch_stats": False,  # added later
                    "powernorm_warmup": "${schedule.warmup_steps}", "powernorm_groups": "${model.n_heads}", "gain": "plain",
-                   "qk_scope": "head", "gpas": False}  # fmt: skip
+                   "qk_scope": "head", "gpas": False, "hc": None}  # fmt: skip
             assert norm == {"kind": kind, "impl": impl, "placement": placement, "eps": 1e-5, "bias": True, **off}, name
     assert make_cfg().norm == make_cfg("norm=pre_ln").norm  # still the default
 
@@ -210,7 +210,7 @@ def test_help_lists_the_norm_presets_and_not_their_base():
     assert done.returncode == 0, done.stderr
     (norm,) = [line for line in done.stdout.splitlines() if line.startswith("norm: ")]
     assert norm.removeprefix("norm: ").split(", ") == sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
-    assert "_base" not in done.stdout and "pre_ln" in norm.removeprefix("norm: ").split(", ")  # robust to presets added
+    assert "_base" not in done.stdout and {"pre_ln", "pre_ln_qk"} <= set(norm.removeprefix("norm: ").split(", "))
 
 
 RENAMES = [("trainer.eval_max_words", "trainer.eval_max_examples"), ("trainer.test_max_words", "trainer.test_max_examples")]
@@ -260,7 +260,7 @@ def test_a_config_saved_with_the_old_names_reads_with_the_new_ones():
     assert with_current_names({"seed": 1}) == {"seed": 1}
     old_run = {"norm": {"kind": "layernorm"}, "optim": {"lr": 1e-3}}  # saved before norm.mix_ln_alpha, optim.z_loss, ...
     filled = {"norm": {"kind": "layernorm", "mix_ln_alpha": 0.25, "decoder_batch_stats": False, "powernorm_warmup": 10000,
-                       "powernorm_groups": 1, "gain": "plain", "qk_scope": "head", "gpas": False},
+                       "powernorm_groups": 1, "gain": "plain", "qk_scope": "head", "gpas": False, "hc": None},
               "optim": {"lr": 1e-3, "z_loss": 0.0}}  # fmt: skip
     assert with_current_names(old_run) == filled
 

@@ -13,6 +13,7 @@ from runlog.metric_names import (
     attn_max_logit,
     batch_stat_dist,
     grad_norm,
+    hc_gain,
     learned_scale,
     output_logits,
     weight_spectrum,
@@ -30,6 +31,7 @@ SAMPLES = [
     output_logits("logz"),
     adam_below_eps(),
     batch_stat_dist("enc", None, "final_norm", "var"),
+    hc_gain("dec", "fwd_gain"),
 ]
 
 

@@ -32,6 +32,7 @@ from runlog.metric_names import (
     depth,
     derive_stats,
     grad_norm,
+    hc_gain,
     learned_scale,
     matrix_role,
     matrix_site,
@@ -50,6 +51,7 @@ def every_metric() -> list[Metric]:
     for stack in STACKS:
         metrics += [act(stack, None, site, stat) for site in STACK_SITES for stat in act_stats(site)]
         metrics += [batch_stat_dist(stack, None, "final_norm", s) for s in BATCH_STATISTICS]
+        metrics += [hc_gain(stack, stat) for stat in FAMILY_STATS["hc"]]
         for layer in (0, 11):
             metrics += [act(stack, layer, site, stat) for site in BLOCK_SITES for stat in act_stats(site)]
             metrics += [grad_norm(stack, layer), update_ratio(stack, layer), adam_rms(stack, layer)]
@@ -89,6 +91,7 @@ def test_names_are_the_documented_strings():
     assert batch_stat_dist("enc", 1, "ffn.norm_in", "mean").name == "bstat/enc.1.ffn.norm_in/mean_dist"
     assert batch_stat_dist("dec", 0, "cross_attn.norm_out", "var").name == "bstat/dec.0.cross_attn.norm_out/var_dist"
     assert batch_stat_dist("enc", None, "final_norm", "phi").name == "bstat/enc.final_norm/phi_dist"
+    assert hc_gain("dec", "fwd_gain").name == "hc/dec/fwd_gain" and hc_gain("enc", "bwd_gain").block is None
 
 
 def test_every_name_of_every_family_parses_back_to_its_metric():

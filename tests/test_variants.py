@@ -375,6 +375,8 @@ VARIANT_PRESETS = {
     "olmo2": "res_post",
     "gemma3": "sandwich",
     "pre_rms_zc": "pre",
+    "pre_ln_hc": "pre",
+    "pre_ln_mhc": "pre",
 }
 
 

@@ -7,8 +7,14 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, LRScheduler, SequentialLR
 
+from model.hyper_connections import HyperConnection
 from model.weight_norm import weight_norm_gains
 from training.schema import ScheduleConfig
+
+
+def hyper_connection_gains(model: nn.Module) -> list[nn.Parameter]:
+    """The static [a_m | A] of every static or dynamic hyper-connection of ``model``."""
+    return [m.static_alpha for m in model.modules() if isinstance(m, HyperConnection)]
 
 
 def build_optimizer(
@@ -25,8 +31,10 @@ def build_optimizer(
     output does not depend on ||v||, so decay only shrinks ||v||, which enlarges the step on the direction
     (under AdamW an update's size does not follow the gradient's scale, so the angle it turns v / ||v|| by
     grows as lr / ||v||; Salimans & Kingma 2016, arXiv 1602.07868, sec. 2.1, make the SGD form of the point).
+    Hyper-connections' static weights [a_m | A] (``model.hyper_connections``), a matrix initialized at
+    [e_k | I], get none either: decay would pull the residual path itself toward zero.
     """
-    gains = {id(p) for p in weight_norm_gains(model)}
+    gains = {id(p) for p in weight_norm_gains(model)} | {id(p) for p in hyper_connection_gains(model)}
     decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in gains]
     no_decay = [p for p in model.parameters() if p.dim() < 2 or id(p) in gains]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -20,6 +20,7 @@ from data.batching import check_budget
 from data.tokenizer import PAD_ID
 from model.batch_reading import BatchReadingNorm
 from model.config import ModelConfig
+from model.hyper_connections import HC_MODULES
 from model.transformer import EncoderDecoder
 from runlog.status import write_status
 from telemetry.recorder import Telemetry
@@ -147,10 +148,23 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast,
                           z_loss=cfg.optim.z_loss)  # fmt: skip
     logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None, resume_step=step)
-    print(f"normlab: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, norm {mcfg.norm.placement}/"
-          f"{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, run dir {run_dir}")  # fmt: skip
+    print(f"normlab: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters{hyper_connection_note(model)}, norm "
+          f"{mcfg.norm.placement}/{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, run dir {run_dir}")  # fmt: skip
     return Run(cfg, run_dir, is_main, device, world, mcfg, task, model, ddp, opt, sched, telemetry, logger,
                options, peak_flops(device, tc.peak_tflops), **state)  # fmt: skip
+
+
+def hyper_connection_note(model: EncoderDecoder) -> str:
+    """`` (N exactly, M of them hyper-connections (norm.hc=..., n streams); N - M with one stream)``, or "" without
+    ``norm.hc``: the parameters hyper-connections add over the same model's plain residual."""
+    if model.cfg.norm.hc is None:
+        return ""
+    total = sum(p.numel() for p in model.parameters())
+    hc = sum(p.numel() for m in model.modules() if isinstance(m, HC_MODULES) for p in m.parameters())
+    return (
+        f" ({total:,}; {hc:,} of them hyper-connections, norm.hc={model.cfg.norm.hc} over "
+        f"{model.cfg.residual_streams} streams; {total - hc:,} with one plain stream)"
+    )
 
 
 def wandb_run(cfg: RunConfig, run_dir: Path) -> dict | None:
