@@ -25,6 +25,10 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.powernorm_groups": 1,
     "model.weight_norm": False,  # plain nn.Linear weights
     "telemetry.batch_stats": False,  # no bstat/ metrics were recorded
+    "norm.alpha_init_attn": 0.5,  # DyT's alpha started at 0.5 at every site
+    "norm.alpha_init_ffn": 0.5,
+    "norm.alpha_init_final": 0.5,
+    "norm.learned_embed_scale": False,  # the fixed sqrt(d_model) embedding factor
 }
 
 

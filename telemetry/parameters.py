@@ -5,7 +5,7 @@ learned scale, read as they are before the step's update.
 - ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``: each block matrix's spectral norm by power iteration,
   warm-started from the last record's vector (across resumes too: :meth:`ParameterStats.state_dict`),
   and ||W||_F^2 / sigma_max^2.
-- ``scale/{s}.{i}.{site}/{stat}``: norm gains, DyT's alpha, DyISRU's beta, ReZero / LayerScale gates,
+- ``scale/{s}.{i}.{site}/{stat}``: norm gains, DyT's and Derf's alpha, Derf's shift, DyISRU's beta, ReZero / LayerScale gates,
   the l2 QK-norm temperature.
 
 Definitions and Gaussian baselines: docs/telemetry.md.
@@ -133,7 +133,8 @@ def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
     """The learned scales of a norm or residual gate, as 0-dim float32 tensors: ``gain_mean`` = mean and
     ``gain_max`` = max |.| of its ``weight`` (LayerNorm's / RMSNorm's gain, ScaleNorm's g, DyT's and
     DyISRU's weight, LayerScale's lambda), except a scalar gate's, ReZero's alpha, given as ``alpha``;
-    DyT's ``alpha`` and DyISRU's ``beta``. None of them for ``nn.Identity`` or ``L2Norm`` (no parameters)."""
+    DyT's and Derf's ``alpha``, Derf's ``shift`` and DyISRU's ``beta``. None of them for ``nn.Identity`` or
+    ``L2Norm`` (no parameters)."""
     weight = getattr(module, "weight", None)
     if isinstance(module, Gate) and weight.numel() == 1:
         return {"alpha": _scalar(weight)}
@@ -141,7 +142,8 @@ def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
     if isinstance(weight, torch.Tensor):
         w = weight.detach().float()
         stats = {"gain_mean": w.mean(), "gain_max": w.abs().amax()}
-    for stat in ("alpha", "beta"):  # DyT's alpha, DyISRU's beta (parameters, unlike a Residual's float alpha)
+    # DyT's / Derf's alpha, Derf's shift, DyISRU's beta (parameters, unlike a Residual's float alpha)
+    for stat in ("alpha", "shift", "beta"):
         p = getattr(module, stat, None)
         if isinstance(p, nn.Parameter):
             stats[stat] = _scalar(p)

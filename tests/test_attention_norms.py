@@ -183,7 +183,7 @@ def test_bad_qk_values_name_the_valid_ones(override, message):
 
 
 def test_l2_is_not_a_residual_norm_kind():
-    kinds = "layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm, annotated_ln"
+    kinds = "layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm, annotated_ln, derf"
     message = rf"unknown norm.kind 'l2'; valid kinds: {kinds}$"
     with pytest.raises(ValueError, match=message):
         model_config(make_cfg("norm.kind=l2"), V, V)

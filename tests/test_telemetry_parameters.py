@@ -196,7 +196,7 @@ def expected_scales(model) -> dict[str, float]:
                     if "weight" in params:
                         out[f"{prefix}/gain_mean"] = params["weight"].mean().item()
                         out[f"{prefix}/gain_max"] = params["weight"].abs().max().item()
-                    out |= {f"{prefix}/{name}": params[name].item() for name in ("alpha", "beta") if name in params}
+                    out |= {f"{prefix}/{name}": params[name].item() for name in ("alpha", "shift", "beta") if name in params}
     return out
 
 
@@ -207,6 +207,7 @@ def expected_scales(model) -> dict[str, float]:
         ("rezero", "none", {}, ["enc.1.ffn.gate/alpha", "dec.0.cross_attn.gate/alpha"]),
         ("pre", "dyt", {}, ["enc.0.self_attn.norm_in/alpha", "dec.1.ffn.norm_in/gain_mean"]),
         ("pre", "dyisru", {}, ["dec.0.ffn.norm_in/beta"]),
+        ("pre", "derf", {}, ["enc.0.self_attn.norm_in/alpha", "dec.1.cross_attn.norm_in/shift"]),
         ("pre", "scalenorm", {}, ["enc.1.ffn.norm_in/gain_mean"]),
         ("sandwich", "rmsnorm", {"qk": "rmsnorm", "v": "layernorm"}, ["dec.1.cross_attn.v_norm/gain_max"]),
     ],
