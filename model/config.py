@@ -11,7 +11,7 @@ overrides chosen blocks, and ``ModelConfig.block_norm(stack, index)`` resolves o
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from model.kinds import ATTENTION_NORM_KINDS, BATCH_READING_KINDS, HC_KINDS, NORM_GAINS, QK_SCOPES, check_norm
+from model.kinds import ATTENTION_NORM_KINDS, BATCH_READING_KINDS, HC_KINDS, NORM_GAINS, NORM_SITES, QK_SCOPES, check_norm
 from model.placements import PLACEMENTS, check_placement
 from runlog.metric_names import STACKS
 
@@ -44,7 +44,7 @@ class NormSpec:
         impl: ``custom`` or ``native`` (layernorm, rmsnorm and batchnorm only).
         placement: ``model.placements.PLACEMENTS``.
         eps: numerical-stability constant of the norm.
-        bias: layernorm, dyt, dyisru and batchnorm learn a shift; ignored by kinds without one.
+        bias: layernorm, dyt, derf, dyisru and batchnorm learn a shift; ignored by kinds without one.
         qk: per-head norm on the queries and keys of every attention in the block, over d_head
             (``model.kinds.ATTENTION_NORM_KINDS``; ``l2`` adds a learned temperature); None: off.
             Uses this spec's impl, eps, bias.
@@ -67,13 +67,18 @@ class NormSpec:
             stream by 1 - SiLU(g) after each residual addition (on the skip where a norm closes the sublayer),
             leaving its gradient unscaled; with any placement.
 
+        alpha_init_attn, alpha_init_ffn, alpha_init_final: kinds ``dyt`` and ``derf`` (``model.kinds.ALPHA_KINDS``):
+            the initial alpha of a norm in an attention sublayer (self- or cross-, any slot), in the FFN sublayer,
+            and of a stack's final norm (the official LLaMA DyT / GPT-2 Derf code's ``attn_``, ``ffn_`` and
+            ``dec_alpha_init_value``), each > 0; 0.5 each (the kinds' own default) builds what normlab built before.
+
     Raises:
         ValueError: unknown kind, impl, placement or attention norm kind, or an impossible
-            combination (native scalenorm or l2, dyt or dyisru after the residual addition,
+            combination (native scalenorm or l2, dyt, derf or dyisru after the residual addition,
             HybridNorm without q/k/v norms, ``qk_scope: full`` with ``qk: l2``): the message lists the valid ones;
             an unknown gain or qk_scope; eps not a number
             > 0; mix_ln_alpha outside [0, 1]; powernorm_warmup not an integer >= 0, powernorm_groups not one >= 1;
-            gpas not a bool.
+            gpas not a bool; an alpha_init_* not a finite number > 0.
     """
 
     kind: str = "layernorm"
@@ -89,6 +94,9 @@ class NormSpec:
     powernorm_warmup: int = 10000
     powernorm_groups: int = 1
     gpas: bool = False
+    alpha_init_attn: float = 0.5
+    alpha_init_ffn: float = 0.5
+    alpha_init_final: float = 0.5
 
     def __post_init__(self) -> None:
         check_norm(self.kind, self.impl)
@@ -119,16 +127,29 @@ class NormSpec:
                 raise ValueError(f"norm.{key} must be an integer >= {least}, got {value!r}")
         if not isinstance(self.gpas, bool):
             raise ValueError(f"norm.gpas must be true or false, got {self.gpas!r}")
+        for site in NORM_SITES:
+            value = getattr(self, f"alpha_init_{site}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+                raise ValueError(f"norm.alpha_init_{site} must be a finite number > 0, got {value!r}")
 
-    def build(self, dim: int, kind: str | None = None) -> "nn.Module":
-        """This spec's norm over a last dimension of size ``dim``, or the attention-site norm ``kind``
-        (``self.qk``, ``self.v``: ``l2`` included) with this spec's impl, eps, bias and gain; see
-        ``model.norms.build_norm``."""
+    def build(self, dim: int, kind: str | None = None, *, site: str | None = None) -> "nn.Module":
+        """This spec's norm over a last dimension of size ``dim`` at ``site`` (``model.kinds.NORM_SITES``: ``attn``,
+        ``ffn``, ``final``; it picks the initial alpha of dyt and derf), or the attention-site norm ``kind``
+        (``self.qk``, ``self.v``: ``l2`` included; no site) with this spec's impl, eps, bias and gain; see
+        ``model.norms.build_norm``.
+
+        Raises:
+            ValueError: a residual-stream norm (no ``kind``) without a valid ``site``."""
         from model.norms import build_norm  # torch: this module imports without it
 
+        alpha = None
+        if kind is None:
+            if site not in NORM_SITES:
+                raise ValueError(f"a residual-stream norm needs its site, got {site!r}; valid: {', '.join(NORM_SITES)}")
+            alpha = getattr(self, f"alpha_init_{site}")
         return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias, gain=self.gain,
                           attention=kind is not None, powernorm_warmup=self.powernorm_warmup,
-                          powernorm_groups=self.powernorm_groups)  # fmt: skip
+                          powernorm_groups=self.powernorm_groups, alpha_init=alpha)  # fmt: skip
 
 
 _SPEC_KEYS = tuple(f.name for f in fields(NormSpec))
@@ -143,7 +164,8 @@ class BlockNorm:
         layers: 0-based layer indices in the stack; None: every layer.
         kind, impl, placement, eps, bias, qk, v, gain, qk_scope, mix_ln_alpha: as in :class:`NormSpec`; None keeps the value
             set by the ``norm.*`` keys (to turn an attention norm off, give ``none``).
-        powernorm_warmup, powernorm_groups: as in :class:`NormSpec`; None keeps the value set by the ``norm.*`` keys.
+        powernorm_warmup, powernorm_groups, alpha_init_attn, alpha_init_ffn, alpha_init_final: as in
+            :class:`NormSpec`; None keeps the value set by the ``norm.*`` keys.
         gpas: as in :class:`NormSpec`; None keeps the value set by ``norm.gpas``.
     """
 
@@ -162,6 +184,9 @@ class BlockNorm:
     powernorm_warmup: int | None = None
     powernorm_groups: int | None = None
     gpas: bool | None = None
+    alpha_init_attn: float | None = None
+    alpha_init_ffn: float | None = None
+    alpha_init_final: float | None = None
 
     def covers(self, stack: str, index: int) -> bool:
         """Whether this entry applies to layer ``index`` of ``stack``."""
@@ -208,22 +233,27 @@ class NormConfig(NormSpec):
             (a causality leak; :class:`ModelConfig` checks it, knowing the decoder's depth).
         hc: hyper-connections over ``model.residual_streams`` streams around every sublayer
             (``model.hyper_connections.HC_KINDS``: static, dynamic, mhc); None: the plain residual.
+        learned_embed_scale: the token embeddings' sqrt(d_model) factor is a learned scalar per stack,
+            initialized to sqrt(d_model) (``model.transformer.Embedding``), as the official DyT (LLaMA) and Derf
+            (GPT-2) language-model code scale the embeddings for their norm-free kinds; False: the fixed factor.
 
     Raises:
         ValueError: a bad ``norm.*`` value (see :class:`NormSpec`), or a bad ``norm.blocks``
             entry: not a mapping, an unknown key, stack or layer index, an entry that changes
             nothing, or a combination its blocks cannot take (the message names the entry);
-            ``decoder_batch_stats`` not a bool; an unknown ``hc``.
+            ``decoder_batch_stats`` or ``learned_embed_scale`` not a bool; an unknown ``hc``.
     """
 
     blocks: tuple[BlockNorm, ...] | None = None
     decoder_batch_stats: bool = False
     hc: str | None = None
+    learned_embed_scale: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.decoder_batch_stats, bool):
-            raise ValueError(f"norm.decoder_batch_stats must be true or false, got {self.decoder_batch_stats!r}")
+        for key in ("decoder_batch_stats", "learned_embed_scale"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"norm.{key} must be true or false, got {getattr(self, key)!r}")
         if self.hc is not None and self.hc not in HC_KINDS:
             raise ValueError(f"unknown norm.hc {self.hc!r}; valid: null (off), {', '.join(HC_KINDS)}")
         if self.blocks is not None and not isinstance(self.blocks, list | tuple):

@@ -2,7 +2,19 @@
 run's config validates before torch loads (``training.schema``). ``model/norms.py`` builds each pair
 (its ``_REGISTRY`` has one row per pair of ``NORM_PAIRS``)."""
 
-NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none", "batchnorm", "powernorm", "annotated_ln", "seednorm")
+NORM_KINDS = (
+    "layernorm",
+    "rmsnorm",
+    "scalenorm",
+    "dyt",
+    "dyisru",
+    "none",
+    "batchnorm",
+    "powernorm",
+    "annotated_ln",
+    "seednorm",
+    "derf",
+)
 # Kinds only the attention norm sites build (over d_head, ``ATTENTION_NORM_KINDS``): never a
 # ``norm.kind``, since an l2-normalized residual stream has norm 1, not the RMS 1 the rest expects.
 ATTENTION_ONLY_KINDS = ("l2",)
@@ -20,6 +32,12 @@ NATIVE_KINDS = ("layernorm", "rmsnorm", "batchnorm")  # the kinds torch has a mo
 # target positions in training, so a config puts them there only with ``norm.decoder_batch_stats`` (``model.config``).
 BATCH_READING_KINDS = ("batchnorm", "powernorm")
 HC_KINDS = ("static", "dynamic", "mhc")  # norm.hc: hyper-connections' weights (``model.hyper_connections``)
+# Point-wise kinds with one learned scalar alpha inside a bounded function (DyT's tanh, Derf's erf): their alpha starts at
+# the ``norm.alpha_init_*`` of the site the norm sits at (``model.config.NormSpec``, ``NORM_SITES``).
+ALPHA_KINDS = ("dyt", "derf")
+# Where a residual-stream norm sits, for its alpha init: in an attention sublayer (self- or cross-), in the FFN's, or as
+# a stack's final norm (the official LLaMA/GPT-2 DyT/Derf code's attn_/ffn_/dec_alpha_init_value).
+NORM_SITES = ("attn", "ffn", "final")
 NORM_PAIRS = tuple((k, i) for k in NORM_KINDS + ATTENTION_ONLY_KINDS for i in NORM_IMPLS if i == "custom" or k in NATIVE_KINDS)
 
 

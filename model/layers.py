@@ -59,9 +59,10 @@ def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> Mult
 def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Callable[[nn.Module], Residual]:
     """A function wrapping each branch of block ``index`` of ``stack`` in its ``Residual``, planned by
     ``spec``'s placement record for that sublayer (attention or FFN) and depth, its norms built from
-    ``spec``. A gate the record shares across the block (ReZero) is built once, and so is the block's
-    GPAS gate (``spec.gpas``: one per layer, as the official code's ``GPASBlock``). With ``norm.hc`` each
-    sublayer gets its hyper-connection over ``cfg.residual_streams`` streams, told its index in the stack."""
+    ``spec``, at site ``attn`` or ``ffn`` by the branch (every slot of the sublayer: the site only picks the
+    initial alpha of dyt and derf). A gate the record shares across the block (ReZero) is built once, and so is
+    the block's GPAS gate (``spec.gpas``: one per layer, as the official code's ``GPASBlock``). With ``norm.hc``
+    each sublayer gets its hyper-connection over ``cfg.residual_streams`` streams, told its index in the stack."""
     placement = PLACEMENTS[spec.placement]
     shared: list[Residual] = []
     built: list[Residual] = []
@@ -69,12 +70,14 @@ def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Calla
     gpas = GPAS() if spec.gpas else None
 
     def wrap(branch: nn.Module) -> Residual:
-        plan = placement.plan(isinstance(branch, MultiHeadAttention), stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
+        is_attention = isinstance(branch, MultiHeadAttention)
+        plan = placement.plan(is_attention, stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
         gate = shared[0].gate if shared else None
+        site = "attn" if is_attention else "ffn"
         hc = cfg.norm.hc
         if hc is not None:
             hc = hyper_connection(hc, cfg.residual_streams, cfg.d_model, index * per_block + len(built), spec.eps)
-        residual = Residual(branch, plan, lambda: spec.build(cfg.d_model), cfg.dropout, cfg.d_model, gate, gpas, hc)
+        residual = Residual(branch, plan, lambda: spec.build(cfg.d_model, site=site), cfg.dropout, cfg.d_model, gate, gpas, hc)
         if placement.gate is not None and placement.gate.shared:
             shared.append(residual)
         built.append(residual)

@@ -28,8 +28,14 @@ from model.batch_reading import BatchReadingNorm as BatchReadingNorm
 from model.batch_reading import wide as _wide
 from model.batchnorm import BatchNorm, NativeBatchNorm
 from model.gains import apply_unit_offset
-from model.kinds import ATTENTION_ONLY_KINDS, NORM_GAINS, NORM_KINDS, check_norm
+from model.kinds import ALPHA_KINDS, ATTENTION_ONLY_KINDS, NORM_GAINS, NORM_KINDS, check_norm
 from model.powernorm import PowerNorm
+
+DYT_ALPHA_INIT = 0.5  # DyT's alpha_0: the official DynamicTanh's ``alpha_init_value`` default (jiachenzhu/DyT, dynamic_tanh.py)
+# Derf's alpha_0 and s_0: zlab-princeton/Derf's ``Dynamic_erf(alpha_init_value=0.5, shift_init_value=0.0)`` defaults, what
+# its ViT, DNA and speech code build with (its DiT/train.py: alpha 1.0 for the XL models, 0.5 otherwise; shift 0 always).
+DERF_ALPHA_INIT = 0.5
+DERF_SHIFT_INIT = 0.0
 
 
 class LayerNorm(nn.Module):
@@ -194,13 +200,15 @@ class DyT(nn.Module):
     """Dynamic Tanh (Zhu et al. 2025, "Transformers without Normalization", arXiv 2503.10622,
     eq. 1): ``y = weight * tanh(alpha * x) + bias``, no statistics at all.
 
-    ``alpha`` is one learned scalar, initialized to 0.5 (the paper's default alpha_0);
-    ``weight`` starts at 1 and ``bias`` at 0. Computed in float32 (float64 inputs: float64).
+    ``alpha`` is one learned scalar, initialized to ``alpha_init`` (default ``DYT_ALPHA_INIT`` = 0.5, the paper's
+    default alpha_0 and the official ``DynamicTanh``'s ``alpha_init_value``; the model passes the
+    ``norm.alpha_init_*`` of the norm's site); ``weight`` starts at 1 and ``bias`` at 0. Computed in float32
+    (float64 inputs: float64).
 
     Shapes: input (..., D); output the same shape and dtype.
     """
 
-    def __init__(self, dim: int, bias: bool = True, alpha_init: float = 0.5) -> None:
+    def __init__(self, dim: int, bias: bool = True, alpha_init: float = DYT_ALPHA_INIT) -> None:
         super().__init__()
         self.alpha = nn.Parameter(torch.tensor([alpha_init]))
         self.weight = nn.Parameter(torch.ones(dim))
@@ -208,6 +216,32 @@ class DyT(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.tanh(_wide(self.alpha) * _wide(x)) * _wide(self.weight)
+        return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
+
+
+class Derf(nn.Module):
+    """Dynamic erf (Chen et al. 2025, "Stronger Normalization-Free Transformers", arXiv 2512.10938, eq. 10):
+    ``y = weight * erf(alpha * x + shift) + bias``, no statistics at all.
+
+    ``alpha`` and ``shift`` are one learned scalar each (shape (1,), as the official ``Dynamic_erf`` of
+    zlab-princeton/Derf: the shift is inside erf, before the per-channel weight and bias), initialized to
+    ``alpha_init`` (default ``DERF_ALPHA_INIT`` = 0.5, the official ``alpha_init_value``; the model passes the
+    ``norm.alpha_init_*`` of the norm's site) and ``DERF_SHIFT_INIT`` = 0 (``shift_init_value``); ``weight``
+    starts at 1 and ``bias`` at 0. erf is bounded by 1 like tanh, so the output is bounded by
+    ``|weight| + |bias|``. Computed in float32 (float64 inputs: float64).
+
+    Shapes: input (..., D); output the same shape and dtype.
+    """
+
+    def __init__(self, dim: int, bias: bool = True, alpha_init: float = DERF_ALPHA_INIT) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor([alpha_init]))
+        self.shift = nn.Parameter(torch.tensor([DERF_SHIFT_INIT]))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.erf(_wide(self.alpha) * _wide(x) + _wide(self.shift)) * _wide(self.weight)
         return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
 
 
@@ -261,7 +295,8 @@ class L2Norm(nn.Module):
 
 
 # (kind, impl) -> factory(dim, eps, bias), one row per pair of ``model.kinds.NORM_PAIRS``. ``bias`` only
-# matters for kinds that have a shift (layernorm, annotated_ln, dyt, dyisru, batchnorm, powernorm); the others have none to drop.
+# matters for kinds that have a shift (layernorm, annotated_ln, dyt, derf, dyisru, batchnorm, powernorm); the others have
+# none to drop. The ``ALPHA_KINDS`` (dyt, derf) take ``alpha_init=`` as well: build_norm passes it.
 _REGISTRY: dict[tuple[str, str], Callable[..., nn.Module]] = {
     ("layernorm", "custom"): lambda dim, eps, bias: LayerNorm(dim, eps, bias),
     ("layernorm", "native"): lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
@@ -270,7 +305,8 @@ _REGISTRY: dict[tuple[str, str], Callable[..., nn.Module]] = {
     ("rmsnorm", "native"): lambda dim, eps, bias: nn.RMSNorm(dim, eps=eps),
     ("scalenorm", "custom"): lambda dim, eps, bias: ScaleNorm(dim, eps),
     ("seednorm", "custom"): lambda dim, eps, bias: SeeDNorm(dim, eps),
-    ("dyt", "custom"): lambda dim, eps, bias: DyT(dim, bias),
+    ("dyt", "custom"): lambda dim, eps, bias, alpha_init=DYT_ALPHA_INIT: DyT(dim, bias, alpha_init),
+    ("derf", "custom"): lambda dim, eps, bias, alpha_init=DERF_ALPHA_INIT: Derf(dim, bias, alpha_init),
     ("batchnorm", "custom"): lambda dim, eps, bias: BatchNorm(dim, eps, bias),
     ("batchnorm", "native"): lambda dim, eps, bias: NativeBatchNorm(dim, eps, bias),
     ("dyisru", "custom"): lambda dim, eps, bias: DyISRU(dim, bias),
@@ -291,6 +327,7 @@ def build_norm(
     attention: bool = False,
     powernorm_warmup: int = 10000,
     powernorm_groups: int = 1,
+    alpha_init: float | None = None,
 ) -> nn.Module:
     """Build the norm ``kind`` over the last dimension of size ``dim``.
 
@@ -301,14 +338,16 @@ def build_norm(
         impl: ``custom`` (from the formula: this module, ``model.batchnorm``) or ``native``
             (``nn.LayerNorm``, ``nn.RMSNorm``, ``nn.BatchNorm1d``; only those three kinds have one).
         eps: numerical-stability constant, passed explicitly to native modules too.
-        bias: give layernorm, annotated_ln, dyt, dyisru, batchnorm and powernorm a learned shift; ignored by kinds
-            without one.
+        bias: give layernorm, annotated_ln, dyt, derf, dyisru, batchnorm and powernorm a learned shift; ignored by
+            kinds without one.
         gain: ``plain`` (the gain ``weight`` is stored as is) or ``unit_offset`` (stored as w, applied as 1 + w:
             ``model.gains``); ignored by kinds without a gain (``none``, ``l2``).
         attention: the norm sits at an attention site (q, k or v over d_head), where the
             attention-only kinds are valid too.
         powernorm_warmup, powernorm_groups: ``powernorm``'s ``warmup_iters`` and ``group_num``
             (``model.powernorm.PowerNorm``; defaults: the official class defaults); other kinds ignore them.
+        alpha_init: the initial alpha of ``dyt`` and ``derf`` (``ALPHA_KINDS``); None: the kind's own default
+            (``DYT_ALPHA_INIT``, ``DERF_ALPHA_INIT``, both 0.5); other kinds ignore it.
 
     Raises:
         ValueError: unknown kind, impl or gain, or a kind without that impl (the message lists the
@@ -320,6 +359,8 @@ def build_norm(
     factory = _REGISTRY[(kind, impl)]
     if kind == "powernorm":  # the one kind with settings beyond (dim, eps, bias)
         norm = factory(dim, eps, bias, warmup_iters=powernorm_warmup, group_num=powernorm_groups)
+    elif kind in ALPHA_KINDS and alpha_init is not None:
+        norm = factory(dim, eps, bias, alpha_init=alpha_init)
     else:
         norm = factory(dim, eps, bias)
     return apply_unit_offset(norm) if gain == "unit_offset" else norm

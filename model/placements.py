@@ -259,10 +259,10 @@ class Placement:
         )
 
 
-# DyT bounds its output to |weight| + |bias|, DyISRU to |weight| sqrt(D) + |bias|: as the last op of a
-# block (post, deepnorm) either would clip the whole residual stream, so only placements that keep
+# DyT and Derf bound their output to |weight| + |bias|, DyISRU to |weight| sqrt(D) + |bias|: as the last op of a
+# block (post, deepnorm) any would clip the whole residual stream, so only placements that keep
 # the stream un-normalized take them.
-_BOUNDED = ("dyt", "dyisru")
+_BOUNDED = ("dyt", "derf", "dyisru")
 _NORM_FREE = tuple(k for k in NORM_KINDS if k != "none")  # rejected by the placements with no norm at all
 _POST, _PRE = (False, False, True), (True, False, False)
 _ALL_ROLES = ("attn.q", "attn.k", "attn.v", "attn.out", "ffn.in", "ffn.out")

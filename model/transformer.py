@@ -23,9 +23,9 @@ from model.weight_norm import apply_weight_norm
 def final_norm(cfg: ModelConfig, stack: str, n_layers: int) -> nn.Module:
     """The norm that closes ``stack``, or ``nn.Identity``: the stack's last block decides, by its
     placement record's ``final_norm`` (true iff that block leaves the stream un-normalized), and
-    the final norm takes that block's kind, impl, eps and bias."""
+    the final norm takes that block's kind, impl, eps and bias, and its ``alpha_init_final`` (dyt, derf)."""
     spec = cfg.block_norm(stack, n_layers - 1)
-    return spec.build(cfg.d_model) if PLACEMENTS[spec.placement].final_norm else nn.Identity()
+    return spec.build(cfg.d_model, site="final") if PLACEMENTS[spec.placement].final_norm else nn.Identity()
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -42,6 +42,11 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
 class Embedding(nn.Module):
     """Token embedding * sqrt(D) + positions, then dropout (Vaswani et al. 2017, sec. 3.4-3.5).
 
+    With ``cfg.norm.learned_embed_scale`` the factor sqrt(D) is ``scale``, one learned scalar of this stack
+    initialized to sqrt(D): the official DyT LLaMA code's ``shared_scale`` (jiachenzhu/DyT,
+    ``other_tasks/LLaMA/fms_fsdp/models/llama.py``) and Derf's GPT-2 patch (zlab-princeton/Derf,
+    ``language model/model_derf.patch``), both ``sqrt(emb_dim)`` on the token embeddings (GPT-2: with the
+    positions) for their norm-free kinds. Here it scales the tokens only, as the fixed factor does.
     One instance per stack, so telemetry can watch the encoder's and decoder's inputs apart.
     Shapes: (B, L) ids -> (B, L, D); ``start`` is the position of the first id (incremental decoding).
     """
@@ -50,6 +55,9 @@ class Embedding(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tokens = nn.Embedding(vocab, cfg.d_model)
+        # a parameter only when learned, so the default model's state dict is what it was
+        root_d = math.sqrt(cfg.d_model)
+        self.scale = nn.Parameter(torch.tensor([root_d])) if cfg.norm.learned_embed_scale else root_d
         if cfg.positions == "learned":
             self.positions = nn.Embedding(cfg.max_len, cfg.d_model)
         else:
@@ -62,7 +70,7 @@ class Embedding(nn.Module):
             raise ValueError(f"sequence of {end} tokens exceeds model.max_len={self.cfg.max_len}")
         table = self.positions.weight if self.cfg.positions == "learned" else self.pos_table
         pos = table[start:end]  # (L, D)
-        return self.dropout(self.tokens(tokens) * math.sqrt(self.cfg.d_model) + pos)
+        return self.dropout(self.tokens(tokens) * self.scale + pos)
 
 
 class DecoderCache:

@@ -9,7 +9,7 @@ Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a 
 - ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``, ``{m}`` a block matrix (``WEIGHT_SITES``: ``self_attn.q``,
   ``cross_attn.out``, ``ffn.in``, ... = :func:`matrix_site` of a residual and a ``linear_roles()`` role);
 - ``scale/{s}.{i}.{site}/{stat}``, a learned scale: a norm's parameters at ``{r}.{slot}`` or ``{a}.{h}``
-  (``gain_mean``, ``gain_max``, DyT's ``alpha``, DyISRU's ``beta``), a residual gate ``{r}.gate``
+  (``gain_mean``, ``gain_max``, DyT's and Derf's ``alpha``, Derf's ``shift``, DyISRU's ``beta``), a residual gate ``{r}.gate``
   (ReZero's scalar: ``alpha``; LayerScale's per-channel: ``gain_mean``, ``gain_max``), an attention's
   l2 QK-norm ``temperature`` at ``{a}``, SeeDNorm's ``dyn_max`` and ``beta_norm`` at a norm, a block's GPAS
   gate at ``gpas`` (``g``, ``silu_g``) (``SCALE_SITE_STATS``);
@@ -60,7 +60,7 @@ BLOCK_SITES = (
     *(f"{a}.{site}" for a in ATTENTIONS for site in ATTENTION_NORM_SITES),
 )
 # act stats that exist at some sites only: token_cos at block outputs, saturation at a norm's output (recorded where
-# it is DyT or DyISRU).
+# it is DyT, Derf or DyISRU).
 _NORM_OUTPUT_SITES = (*(s for s in BLOCK_SITES if "norm" in s and s not in PRE_NORM_SITES), "final_norm")
 ACT_STAT_SITES = {"token_cos": ("out",), "saturation": _NORM_OUTPUT_SITES}
 # weight/: the matrices of a block, by residual and ``linear_roles()`` role (model/attention.py, model/layers.py).
@@ -74,8 +74,8 @@ _MATRIX_SITES = {
 WEIGHT_SITES = tuple(_MATRIX_SITES.values())
 WEIGHT_STATS = ("sigma_max", "stable_rank")
 # scale/: each site's learned scales (a norm's, a residual gate's, an attention's temperature, a block's GPAS gate).
-# SeeDNorm's vectors alpha and beta: ``dyn_max`` = max |alpha|, ``beta_norm`` = ||beta||_2.
-_NORM_SCALES = ("gain_mean", "gain_max", "alpha", "beta", "dyn_max", "beta_norm")
+# Derf's scalar shift; SeeDNorm's vectors alpha and beta: ``dyn_max`` = max |alpha|, ``beta_norm`` = ||beta||_2.
+_NORM_SCALES = ("gain_mean", "gain_max", "alpha", "beta", "dyn_max", "beta_norm", "shift")
 GPAS_SITE = "gpas"  # a block's GPAS gate g (one per block): its value and SiLU(g), the share of the stream removed
 SCALE_SITE_STATS = {
     **{f"{r}.{slot}": _NORM_SCALES for r in RESIDUALS for slot in NORM_SLOTS},

@@ -30,6 +30,10 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.gpas": False,  # no GPAS gate in any block
     "norm.gain": "plain",  # every gain was stored as itself
     "norm.qk_scope": "head",  # norm.qk acted per head
+    "norm.alpha_init_attn": 0.5,  # DyT's alpha started at 0.5 at every site
+    "norm.alpha_init_ffn": 0.5,
+    "norm.alpha_init_final": 0.5,
+    "norm.learned_embed_scale": False,  # the fixed sqrt(d_model) embedding factor
 }
 
 

@@ -5,8 +5,8 @@ learned scale, read as they are before the step's update.
 - ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``: each block matrix's spectral norm by power iteration,
   warm-started from the last record's vector (across resumes too: :meth:`ParameterStats.state_dict`),
   and ||W||_F^2 / sigma_max^2.
-- ``scale/{s}.{i}.{site}/{stat}``: norm gains, DyT's alpha, DyISRU's beta, SeeDNorm's alpha and beta, ReZero /
-  LayerScale gates, the l2 QK-norm temperature, the block's GPAS gate.
+- ``scale/{s}.{i}.{site}/{stat}``: norm gains, DyT's and Derf's alpha, Derf's shift, DyISRU's beta, SeeDNorm's alpha and
+  beta, ReZero / LayerScale gates, the l2 QK-norm temperature, the block's GPAS gate.
 
 Definitions and Gaussian baselines: docs/telemetry.md.
 """
@@ -141,7 +141,7 @@ def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
     ``gain_max`` = max |.| of its ``weight`` (LayerNorm's / RMSNorm's gain, ScaleNorm's g, DyT's and
     DyISRU's weight, LayerScale's lambda): the gain applied, so under ``norm.gain=unit_offset`` (``model.gains``) the
     effective 1 + w, which ``weight`` reads; except a scalar gate's, ReZero's alpha, given as ``alpha``;
-    DyT's ``alpha`` and DyISRU's ``beta``; SeeDNorm's ``dyn_max`` = max |alpha| (its effective gain
+    DyT's and Derf's ``alpha``, Derf's ``shift`` and DyISRU's ``beta``; SeeDNorm's ``dyn_max`` = max |alpha| (its effective gain
     ``tanh(x . beta) alpha + weight`` stays within ``weight +- |alpha|``) and ``beta_norm`` = ||beta||_2
     (``|x . beta| <= ||x|| ||beta||``: how far the input can push tanh). None of them for ``nn.Identity`` or
     ``L2Norm`` (no parameters)."""
@@ -155,7 +155,8 @@ def _scale_stats(module: nn.Module) -> dict[str, torch.Tensor]:
     if isinstance(module, SeeDNorm):  # alpha and beta are vectors (D,), not DyT's / DyISRU's scalars
         alpha, beta = module.alpha.detach().float(), module.beta.detach().float()
         return stats | {"dyn_max": alpha.abs().amax(), "beta_norm": torch.linalg.vector_norm(beta)}
-    for stat in ("alpha", "beta"):  # DyT's alpha, DyISRU's beta (parameters, unlike a Residual's float alpha)
+    # DyT's / Derf's alpha, Derf's shift, DyISRU's beta (parameters, unlike a Residual's float alpha)
+    for stat in ("alpha", "shift", "beta"):
         p = getattr(module, stat, None)
         if isinstance(p, nn.Parameter):
             stats[stat] = _scalar(p)

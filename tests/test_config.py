@@ -189,7 +189,8 @@ def test_norm_presets_compose_to_the_values_they_had_before_the_shared_base():
             norm = OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm)
             off = {"qk": None, "v": None, "blocks": None, "mix_ln_alpha": 0.25, "decoder_batch_stats": False,  # added later
                    "powernorm_warmup": "${schedule.warmup_steps}", "powernorm_groups": "${model.n_heads}", "gain": "plain",
-                   "qk_scope": "head", "gpas": False, "hc": None}  # fmt: skip
+                   "qk_scope": "head", "gpas": False, "hc": None, "alpha_init_attn": 0.5, "alpha_init_ffn": 0.5,
+                   "alpha_init_final": 0.5, "learned_embed_scale": False}  # fmt: skip
             assert norm == {"kind": kind, "impl": impl, "placement": placement, "eps": 1e-5, "bias": True, **off}, name
     assert make_cfg().norm == make_cfg("norm=pre_ln").norm  # still the default
 
@@ -260,7 +261,8 @@ def test_a_config_saved_with_the_old_names_reads_with_the_new_ones():
     assert with_current_names({"seed": 1}) == {"seed": 1}
     old_run = {"norm": {"kind": "layernorm"}, "optim": {"lr": 1e-3}}  # saved before norm.mix_ln_alpha, optim.z_loss, ...
     filled = {"norm": {"kind": "layernorm", "mix_ln_alpha": 0.25, "decoder_batch_stats": False, "powernorm_warmup": 10000,
-                       "powernorm_groups": 1, "gain": "plain", "qk_scope": "head", "gpas": False, "hc": None},
+                       "powernorm_groups": 1, "gain": "plain", "qk_scope": "head", "gpas": False, "hc": None,
+                       "alpha_init_attn": 0.5, "alpha_init_ffn": 0.5, "alpha_init_final": 0.5, "learned_embed_scale": False},
               "optim": {"lr": 1e-3, "z_loss": 0.0}}  # fmt: skip
     assert with_current_names(old_run) == filled
 

@@ -28,8 +28,8 @@ def run(norm: nn.Module, kind: str, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_every_kind_with_a_gain_is_covered():
-    assert {k for k, _ in GAINED} == {"layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyt", "dyisru", "seednorm", "batchnorm",
-                                      "powernorm"}  # fmt: skip
+    assert {k for k, _ in GAINED} == {"layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyt", "dyisru", "seednorm", "derf",
+                                      "batchnorm", "powernorm"}  # fmt: skip
     assert ("rmsnorm", "native") in GAINED and ("layernorm", "native") in GAINED and ("batchnorm", "native") in GAINED
 
 

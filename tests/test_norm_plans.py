@@ -238,7 +238,8 @@ def test_old_checkpoints_model_config_matches_the_default_plan():
     assert saved["norm"]["blocks"] == ({"stack": "enc", "layers": (0,), "kind": None, "impl": None, "placement": "post",
                                         "eps": None, "bias": None, "qk": None, "v": None, "gain": None, "qk_scope": None,
                                         "mix_ln_alpha": None,
-                                        "powernorm_warmup": None, "powernorm_groups": None, "gpas": None},)  # fmt: skip
+                                        "powernorm_warmup": None, "powernorm_groups": None, "gpas": None,
+                                        "alpha_init_attn": None, "alpha_init_ffn": None, "alpha_init_final": None},)  # fmt: skip
     assert NormConfig(**saved["norm"]) == planned.norm  # a checkpoint rebuilds the same plan (scripts/predict.py)
     assert NormConfig(blocks=[]).blocks is None
 

@@ -127,12 +127,14 @@ def test_dyisru_is_bounded_by_sqrt_d():
     assert y.abs().max() > 0.99 * D**0.5  # large inputs saturate at the bound, as tanh in DyT
 
 
-def test_dyisru_is_rejected_where_the_norm_ends_the_block():
-    allowed = [name for name, p in PLACEMENTS.items() if p.admits("dyisru")]
+@pytest.mark.parametrize("kind", ["dyisru", "derf"])
+def test_bounded_kinds_are_rejected_where_the_norm_ends_the_block(kind):
+    allowed = [name for name, p in PLACEMENTS.items() if p.admits(kind)]
+    assert allowed == [name for name, p in PLACEMENTS.items() if p.admits("dyt")]  # the placements DyT is admitted by
     assert allowed[:2] == ["pre", "sandwich"] and "post" not in allowed and "deepnorm" not in allowed
-    message = f"norm.kind='dyisru' cannot be used with norm.placement='post'; valid placements for it: {', '.join(allowed)}$"
+    message = f"norm.kind='{kind}' cannot be used with norm.placement='post'; valid placements for it: {', '.join(allowed)}$"
     with pytest.raises(ValueError, match=message):
-        NormSpec(kind="dyisru", placement="post")
+        NormSpec(kind=kind, placement="post")
 
 
 def test_l2_has_unit_norm_and_is_built_at_attention_sites_only():
@@ -185,11 +187,11 @@ def test_low_precision_large_inputs_stay_finite_and_match_fp32(kind, impl, dtype
 # The pairs a norm.kind may take: the attention-only l2/custom is not among them.
 RESIDUAL_PAIRS = (
     "layernorm/custom, layernorm/native, rmsnorm/custom, rmsnorm/native, scalenorm/custom, dyt/custom, dyisru/custom, "
-    "none/custom, batchnorm/custom, batchnorm/native, powernorm/custom, annotated_ln/custom, seednorm/custom"
+    "none/custom, batchnorm/custom, batchnorm/native, powernorm/custom, annotated_ln/custom, seednorm/custom, derf/custom"
 )
 
 
-@pytest.mark.parametrize("kind", ["layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyt", "dyisru", "seednorm"])
+@pytest.mark.parametrize("kind", ["layernorm", "annotated_ln", "rmsnorm", "scalenorm", "dyt", "dyisru", "seednorm", "derf"])
 def test_float64_is_computed_in_float64(kind):
     # The float32 statistics are for half precision only: narrowing float64 to float32 would cap a
     # float64 model at ~1e-7 (tests/test_preln_prerms.py needs 1e-10). Reference: the formula in float64.
@@ -207,6 +209,7 @@ def test_float64_is_computed_in_float64(kind):
         "rmsnorm": lambda: w * x / (x.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt(),
         "scalenorm": lambda: w * x / x.norm(dim=-1, keepdim=True),
         "dyt": lambda: w * torch.tanh(norm.alpha * x) + b,
+        "derf": lambda: w * torch.erf(norm.alpha * x + norm.shift) + b,
         "dyisru": lambda: w * 32**0.5 * x / (norm.beta + x.pow(2)).sqrt() + b,
         "seednorm": lambda: (
             (torch.tanh(x @ norm.beta)[:, None] * norm.alpha + w) * x / (x.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
@@ -223,7 +226,7 @@ def test_float64_is_computed_in_float64(kind):
         (
             "groupnorm",
             "custom",
-            "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm, annotated_ln, seednorm$",
+            "valid kinds: layernorm, rmsnorm, scalenorm, dyt, dyisru, none, batchnorm, powernorm, annotated_ln, seednorm, derf$",
         ),
         ("l2", "custom", "unknown norm.kind 'l2'; valid kinds: " + ", ".join(NORM_KINDS) + "$"),
         ("layernorm", "triton", "valid impls: custom, native"),

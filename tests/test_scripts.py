@@ -20,6 +20,7 @@ SCRIPTS = (
     "wandb_workspace",
     "probe",
     "powernorm_reference",
+    "derf_reference",
     "report_batch_vs_layer",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]

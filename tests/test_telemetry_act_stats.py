@@ -100,6 +100,24 @@ def test_saturation_is_the_share_of_norm_inputs_beyond_99_percent_of_the_bound(k
     assert stats["self_attn.norm_in/saturation"] == pytest.approx((24 + 4) / 48 if kind == "dyt" else (12 + 1) / 48)
 
 
+def test_derf_saturation_reads_erf_of_alpha_x_plus_shift():
+    # |erf(alpha x + shift)| > 0.99 iff |alpha x + shift| > erfinv(0.99) = 1.8214: with alpha 0.5 and shift 0.5,
+    # x > 2.643 or x < -4.643, so 3.0, 3.5, -5.0 and 10.0 of the 8 values; without the shift (|x| > 3.643) or with
+    # its sign flipped (x > 4.643 or x < -2.643) it would be 3 of them (-4.0, -5.0, 10.0; -4.0, -5.0, 10.0).
+    model = make("derf")
+    norm = model.encoder[0].self_attn.norm_in
+    with torch.no_grad():
+        norm.alpha.fill_(0.5)
+        norm.shift.fill_(0.5)
+    v = torch.tensor([0.0, 3.0, -4.0, 3.5, -5.0, 10.0, -1.0, 1.0])
+    rows = [torch.stack([v, v.flip(0)]), v[None]]
+    stats = block_stats(model, *padded(rows), sites=("norm",))
+    real = torch.cat(rows)
+    by_hand = (torch.erf(0.5 * real + 0.5).abs() > 0.99).float().mean().item()
+    assert stats["self_attn.norm_in/saturation"] == pytest.approx(by_hand)
+    assert stats["self_attn.norm_in/saturation"] == pytest.approx(12 / 24)
+
+
 def test_the_stats_of_a_model_equal_hand_computation_at_out_and_per_head_sites():
     model, src, tgt_in, tgt_out = qkv_model_and_batch()
     seen = {}
@@ -131,6 +149,8 @@ def test_each_stat_is_recorded_only_where_defined_and_only_when_configured():
             where.setdefault(m.stat, set()).add(m.site)
     assert where["token_cos"] == {"out"}
     assert where["saturation"] == {"self_attn.norm_in", "cross_attn.norm_in", "ffn.norm_in", "final_norm"}
+    derf = {parse(k).site for k in record(make("derf", d=32), *batch()) if parse(k).stat == "saturation"}
+    assert derf == where["saturation"]  # Derf's erf is bounded by 1 like DyT's tanh
     assert where["kurtosis"] == where["rms"]
     assert "saturation" not in {parse(k).stat for k in record(make(d=32), *batch())}  # LayerNorm: unbounded
     only = record(make("dyt", d=32), *batch(), cfg=TelemetryConfig(every=1, stats=("rms",), grads=False))

@@ -197,17 +197,24 @@ def saturation_rows() -> list[tuple[str, float, float, float]]:
 
 def test_gaussian_saturation_matches_the_docs():
     rows = saturation_rows()
-    assert {r[0] for r in rows} == {"DyT", "DyISRU"}
+    assert {r[0] for r in rows} == {"DyT", "Derf", "DyISRU"}
     gen = torch.Generator().manual_seed(0)
     sigma, tokens, d = 0.5, 2048, 64
     for norm, setting, t, share in rows:
-        exact_t = math.atanh(0.99) / setting if norm == "DyT" else 0.99 * math.sqrt(setting / (1 - 0.99**2))
+        exact_t = {
+            "DyT": math.atanh(0.99) / setting,
+            "Derf": torch.erfinv(torch.tensor(0.99, dtype=torch.float64)).item() / setting,  # shift 0, its init
+            "DyISRU": 0.99 * math.sqrt(setting / (1 - 0.99**2)),
+        }[norm]
         assert t == pytest.approx(exact_t, abs=5e-3)
         assert share == pytest.approx(math.erfc(exact_t / math.sqrt(2)), rel=5e-3, abs=1e-300)
         model = make(d, kind=norm.lower())
         with torch.no_grad():  # alpha sigma = setting, or beta / sigma^2 = setting
             norm_in = model.encoder[0].self_attn.norm_in
-            (norm_in.alpha if norm == "DyT" else norm_in.beta).fill_(setting / sigma if norm == "DyT" else setting * sigma**2)
+            if norm == "DyISRU":
+                norm_in.beta.fill_(setting * sigma**2)
+            else:
+                norm_in.alpha.fill_(setting / sigma)
         x, pad = gaussian_batch(tokens, d, sigma, gen)
         got = site_stats(model, x, pad, "self_attn.norm_in")["saturation"]
         se = math.sqrt(share * (1 - share) / (tokens * d))  # binomial

@@ -202,7 +202,7 @@ def expected_scales(model) -> dict[str, float]:
                         out[f"{prefix}/dyn_max"] = params["alpha"].abs().max().item()
                         out[f"{prefix}/beta_norm"] = params["beta"].norm().item()
                         continue
-                    out |= {f"{prefix}/{name}": params[name].item() for name in ("alpha", "beta") if name in params}
+                    out |= {f"{prefix}/{name}": params[name].item() for name in ("alpha", "shift", "beta") if name in params}
             if layer.self_attn.gpas is not None:  # GPAS: one gate g per block; SiLU(g) = g sigmoid(g)
                 g = layer.self_attn.gpas.gate.item()
                 out[f"scale/{stack[:3]}.{i}.gpas/g"] = g
@@ -217,6 +217,7 @@ def expected_scales(model) -> dict[str, float]:
         ("rezero", "none", {}, ["enc.1.ffn.gate/alpha", "dec.0.cross_attn.gate/alpha"]),
         ("pre", "dyt", {}, ["enc.0.self_attn.norm_in/alpha", "dec.1.ffn.norm_in/gain_mean"]),
         ("pre", "dyisru", {}, ["dec.0.ffn.norm_in/beta"]),
+        ("pre", "derf", {}, ["enc.0.self_attn.norm_in/alpha", "dec.1.cross_attn.norm_in/shift"]),
         ("pre", "scalenorm", {}, ["enc.1.ffn.norm_in/gain_mean"]),
         ("pre", "seednorm", {}, ["enc.1.ffn.norm_in/dyn_max", "dec.0.cross_attn.norm_in/beta_norm"]),
         ("deepnorm", "layernorm", {"gpas": True}, ["enc.0.gpas/g", "dec.1.gpas/silu_g"]),

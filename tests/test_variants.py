@@ -370,6 +370,8 @@ VARIANT_PRESETS = {
     "layerscale": "layerscale",
     "tfixup": "tfixup",
     "pre_dyisru": "pre",
+    "pre_derf": "pre",
+    "pre_dyt_lm": "pre",
     "pre_ln_qk": "pre",
     "pre_ln_qk_l2": "pre",
     "olmo2": "res_post",
