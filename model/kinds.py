@@ -2,19 +2,8 @@
 run's config validates before torch loads (``training.schema``). ``model/norms.py`` builds each pair
 (its ``_REGISTRY`` has one row per pair of ``NORM_PAIRS``)."""
 
-NORM_KINDS = (
-    "layernorm",
-    "rmsnorm",
-    "scalenorm",
-    "dyt",
-    "dyisru",
-    "none",
-    "batchnorm",
-    "powernorm",
-    "annotated_ln",
-    "seednorm",
-    "derf",
-)
+NORM_KINDS = ("layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru", "none", "batchnorm", "powernorm", "annotated_ln",
+              "seednorm", "derf")  # fmt: skip
 # Kinds only the attention norm sites build (over d_head, ``ATTENTION_NORM_KINDS``): never a
 # ``norm.kind``, since an l2-normalized residual stream has norm 1, not the RMS 1 the rest expects.
 ATTENTION_ONLY_KINDS = ("l2",)
