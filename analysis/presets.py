@@ -76,6 +76,23 @@ def preset_keys(name: str) -> dict[str, Any]:
     return _own_keys(cfg.norm)
 
 
+def preset_of(label: str) -> str | None:
+    """The norm preset a variant's or LR family's ``label`` (``key=value`` pairs, space-separated) names: the one
+    preset of :func:`preset_names` whose composed ``norm.*`` keys (:func:`preset_keys`) hold every ``norm.*`` pair of
+    the label, values compared as the label spells them (``str``: ``None``, ``True``, ``1e-06``); keys outside
+    ``norm.`` (``model.residual_streams``) are not compared. None when no preset fits, or several do (a label that
+    shows too few keys to tell them apart)."""
+    pairs = [pair.split("=", 1) for pair in stored_label(label).split(" ")]
+    norm_pairs = [(k, v) for k, v in pairs if k.startswith("norm.")]
+
+    def fits(name: str) -> bool:
+        keys = preset_keys(name)
+        return all(k in keys and str(keys[k]) == v for k, v in norm_pairs)
+
+    found = [name for name in preset_names() if norm_pairs and fits(name)]
+    return found[0] if len(found) == 1 else None
+
+
 @cache
 def _base_keys() -> dict[str, Any]:
     """The values of norm keys older runs lack: ``conf/norm_base.yaml``'s, flattened under ``norm.``, with each key

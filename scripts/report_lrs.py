@@ -3,10 +3,11 @@
 seeds learned at any LR of the grid reads "did not learn at any LR of the grid" in the table's LRS column and in
 ``lrs.csv``'s ``lrs_note``, with no LRS, interval, best loss or best LR.
 
-    python -m scripts.report_lrs CELLS_CSV [--out LRS_CSV] [--baseline FAMILY]    # from the repository root
+    python -m scripts.report_lrs CELLS_CSV [--out LRS_CSV] [--baseline FAMILY] [--by-preset]    # from the repository root
 
 rebuilds ``lrs.csv`` (default: next to CELLS_CSV) from a report's ``lr_sensitivity.csv`` alone, with the same code
-(:func:`analysis.lrs.study_from_cells`), for a study whose run directories are gone.
+(:func:`analysis.lrs.study_from_cells`), for a study whose run directories are gone; ``--by-preset`` names each
+family by its norm preset instead of its long ``key=value`` label (and writes the relabelled cells beside LRS_CSV).
 
 CSVs, written with the ``csv`` module into the report's folder (empty field: no value; floats at full precision):
 
@@ -43,7 +44,7 @@ from collections.abc import Callable
 from analysis.csvs import write_csv
 from analysis.lrs import NOT_LEARNED, Family, LRStudy, lrs_versus, not_learned_pairs, study_from_cells
 from analysis.paired import delta_text
-from analysis.presets import shown_label, stored_label
+from analysis.presets import preset_of, shown_label, stored_label
 from analysis.runs import Run
 
 CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit")
@@ -174,22 +175,45 @@ def write_csvs(study: LRStudy, out: Path, baseline: Family | None = None) -> lis
     return [write_csv(out / name, fields, rows) for name, fields, rows in tables]
 
 
-def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None) -> Path:
+def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None, by_preset: bool = False) -> Path:
     """Write ``out`` (``lrs.csv``) and ``lrs_seeds.csv`` beside it from ``cells_csv`` (a report's ``lr_sensitivity.csv``)
     alone, compared with the family labelled ``baseline`` if given (:func:`analysis.lrs.study_from_cells`,
-    :func:`family_rows`, :func:`seed_rows`); returns ``out``.
+    :func:`family_rows`, :func:`seed_rows`); returns ``out``. With ``by_preset`` each family is first relabelled by the
+    norm preset it names (:func:`analysis.presets.preset_of`: ``pre_ln`` for a long ``norm.placement=pre ...``), and
+    the relabelled cells are written beside ``out`` too, as ``lr_sensitivity.csv``; ``baseline`` is then a preset.
 
     Raises:
         ValueError: no family is labelled ``baseline`` (a null value spelled ``null`` or ``None``); the message lists
-            the valid labels.
+            the valid labels. With ``by_preset``: a family that names no preset or several, two families naming one, or
+            ``out`` beside ``cells_csv`` (the relabelled cells would overwrite their source).
     """
     with cells_csv.open(newline="", encoding="utf-8") as f:
-        study = study_from_cells(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    if by_preset:
+        rows = _by_preset(rows, cells_csv, out.parent / CSVS[0])
+    study = study_from_cells(rows)
     family = study.family(None if baseline is None else stored_label(baseline))  # norm.qk=null as the page shows it
     if baseline is not None and family is None:
         raise ValueError(f"unknown --baseline {baseline!r}; valid: {', '.join(repr(f.label) for f in study.families)}")
     write_csv(out.parent / CSVS[2], SEED_FIELDS, seed_rows(study))
     return write_csv(out, FAMILY_FIELDS, family_rows(study, family))
+
+
+def _by_preset(rows: list[dict[str, str]], cells_csv: Path, relabelled: Path) -> list[dict[str, str]]:
+    """``rows`` with each family relabelled by its norm preset (:func:`analysis.presets.preset_of`), also written to
+    ``relabelled``; see :func:`rebuild_lrs_csv` for the errors."""
+    if relabelled.resolve() == cells_csv.resolve():
+        raise ValueError(f"--by-preset writes the relabelled cells to {relabelled}, its input: give an --out in another folder")
+    names: dict[str, str] = {}
+    for label in dict.fromkeys(r["family"] for r in rows):
+        if (name := preset_of(label)) is None:
+            raise ValueError(f"family {label!r} names no single norm preset (none or several fit its keys)")
+        if name in names.values():
+            raise ValueError(f"families {label!r} and {next(k for k, v in names.items() if v == name)!r} both name preset {name}")
+        names[label] = name
+    rows = [{**r, "family": names[r["family"]]} for r in rows]
+    write_csv(relabelled, list(rows[0]), [list(r.values()) for r in rows])
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cells", type=Path, metavar="CELLS_CSV", help="a report's lr_sensitivity.csv")
     parser.add_argument("--out", type=Path, default=None, help="output CSV (default: lrs.csv next to CELLS_CSV)")
     parser.add_argument("--baseline", metavar="FAMILY", default=None, help="a family's label: the paired LRS differences")
+    parser.add_argument("--by-preset", action="store_true", help="label each family by the norm preset it names (pre_ln, ...)")
     args = parser.parse_args(argv)
     try:
-        path = rebuild_lrs_csv(args.cells, args.out or args.cells.with_name("lrs.csv"), args.baseline)
+        path = rebuild_lrs_csv(args.cells, args.out or args.cells.with_name("lrs.csv"), args.baseline, args.by_preset)
     except (OSError, ValueError) as e:
         print(f"report_lrs: error: {e}", file=sys.stderr)
         return 1

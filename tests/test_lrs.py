@@ -13,6 +13,7 @@ import train as train_module
 from analysis.load import load_runs
 from analysis.lr_panels import lr_panels
 from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, lrs_versus
+from analysis.presets import preset_of
 from analysis.runs import Run
 from analysis.stats import t_interval
 from runlog.metric_names import attn_max_logit
@@ -465,3 +466,28 @@ def test_report_lrs_takes_a_family_label_as_the_page_spells_it(tmp_path: Path) -
     baseline = "norm.placement=pre norm.kind=layernorm norm.qk=null"  # the page shows null; the CSVs hold None
     assert report_lrs.main([str(results / "lr_sensitivity.csv"), "--out", str(tmp_path / "lrs.csv"), "--baseline", baseline]) == 0
     assert (tmp_path / "lrs.csv").read_text() == (results / "lrs.csv").read_text()
+
+
+def test_families_are_relabelled_by_the_norm_preset_their_keys_name(tmp_path: Path) -> None:
+    assert preset_of("norm.placement=pre norm.kind=derf") == "pre_derf"
+    assert preset_of("norm.kind=layernorm norm.gpas=True model.residual_streams=1") == "pre_ln_gpas"  # model.* not compared
+    assert preset_of("norm.kind=rmsnorm norm.placement=res_post norm.qk_scope=full norm.eps=1e-06") == "olmo2"
+    assert preset_of("norm.placement=pre norm.kind=layernorm") is None  # pre_ln, pre_ln_qk, pre_ln_gpas, ... all fit
+    assert preset_of("norm.kind=nosuchkind") is None
+    header = "family,seed,lr,final_val_loss,init_loss,capped_loss,state,max_attn_logit\n"
+    families = (("norm.kind=derf", 1.0), ("norm.kind=layernorm norm.gpas=True", 1.2))
+    cells = [f"{fam},{seed},{lr},{loss},3.0,{loss},finished,\n" for fam, base in families
+             for seed in (0, 1) for lr, loss in ((1e-3, base + 0.1 * seed), (1e-2, base + 0.5))]  # fmt: skip
+    (tmp_path / "cells.csv").write_text(header + "".join(cells))
+    out = tmp_path / "lrs.csv"
+    assert report_lrs.main([str(tmp_path / "cells.csv"), "--out", str(out), "--baseline", "pre_ln_gpas", "--by-preset"]) == 0
+    rows = {r["family"]: r for r in csv.DictReader(out.open())}
+    assert list(rows) == ["pre_derf", "pre_ln_gpas"] and rows["pre_derf"]["baseline"] == "pre_ln_gpas"
+    assert float(rows["pre_derf"]["diff_mean"]) == pytest.approx(0.0)  # LRS 0.25 (seed 0), 0.2 (seed 1) in both
+    relabelled = list(csv.DictReader((tmp_path / "lr_sensitivity.csv").open()))
+    assert [r["family"] for r in relabelled] == ["pre_derf"] * 4 + ["pre_ln_gpas"] * 4
+    (tmp_path / "bad.csv").write_text(header + "norm.kind=layernorm,0,0.001,1,3,1,finished,\n")
+    with pytest.raises(ValueError, match="family 'norm.kind=layernorm' names no single norm preset"):
+        report_lrs.rebuild_lrs_csv(tmp_path / "bad.csv", tmp_path / "x" / "lrs.csv", by_preset=True)
+    with pytest.raises(ValueError, match="its input: give an --out in another folder"):
+        report_lrs.rebuild_lrs_csv(tmp_path / "lr_sensitivity.csv", tmp_path / "lrs.csv", by_preset=True)
