@@ -52,12 +52,16 @@ Update = Callable[[torch.Tensor], torch.Tensor]
 def sinkhorn(m: torch.Tensor, iters: int = SINKHORN_ITERS, eps: float = MHC_EPS) -> torch.Tensor:
     """Sinkhorn-Knopp as ``DeepseekV4HyperConnection``: columns normalized first, then ``iters - 1`` rounds of
     rows then columns, each sum + ``eps``; so the columns sum to 1 to ~eps, the rows nearly.
-    (Sinkhorn & Knopp 1967; mHC eq. 9 starts from exp(.) and alternates rows first.) m (..., n, n) positive."""
-    m = m / (m.sum(-2, keepdim=True) + eps)
+    (Sinkhorn & Knopp 1967; mHC eq. 9 starts from exp(.) and alternates rows first.) m (..., n, n) positive.
+
+    Computed on a contiguous (n, n, ...) copy, so that each sum adds n contiguous vectors instead of reducing n
+    strided elements per token: the same additions in the same order, so equal outputs (tested)."""
+    m = m.movedim((-2, -1), (0, 1)).contiguous()  # (n, n, ...): rows index 0, columns index 1
+    m = m / (m.sum(0, keepdim=True) + eps)
     for _ in range(iters - 1):
-        m = m / (m.sum(-1, keepdim=True) + eps)
-        m = m / (m.sum(-2, keepdim=True) + eps)
-    return m
+        m = m / (m.sum(1, keepdim=True) + eps)
+        m = m / (m.sum(0, keepdim=True) + eps)
+    return m.movedim((0, 1), (-2, -1)).contiguous()  # a strided (..., n, n) view would make A^T H's bmm copy per token
 
 
 def _unweighted_rms(x: torch.Tensor) -> torch.Tensor:

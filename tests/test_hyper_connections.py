@@ -7,6 +7,7 @@ import torch
 from model.config import HC_PLACEMENTS, ModelConfig, NormConfig
 from model.hyper_connections import (
     MHC_EPS,
+    SINKHORN_ITERS,
     HyperConnection,
     ManifoldHyperConnection,
     composite_gain,
@@ -197,3 +198,12 @@ def test_static_mixing_gets_no_weight_decay_and_the_log_note_counts_hc_parameter
     assert hyper_connection_note(model) == (f" ({total:,}; {total - plain:,} of them hyper-connections, norm.hc=dynamic "
                                             f"over 4 streams; {plain:,} with one plain stream)")  # fmt: skip
     assert hyper_connection_note(build()) == ""
+
+
+def test_sinkhorn_on_the_contiguous_layout_equals_the_plain_loop_bit_for_bit():
+    m = torch.softmax(torch.randn(3, 5, 4, 4, generator=torch.Generator().manual_seed(0)), -1) + MHC_EPS
+    plain = m / (m.sum(-2, keepdim=True) + MHC_EPS)  # the reference's loop, on the (..., n, n) layout
+    for _ in range(SINKHORN_ITERS - 1):
+        plain = plain / (plain.sum(-1, keepdim=True) + MHC_EPS)
+        plain = plain / (plain.sum(-2, keepdim=True) + MHC_EPS)
+    assert torch.equal(sinkhorn(m), plain)
