@@ -80,16 +80,24 @@ def preset_of(label: str) -> str | None:
     """The norm preset a variant's or LR family's ``label`` (``key=value`` pairs, space-separated) names: the one
     preset of :func:`preset_names` whose composed ``norm.*`` keys (:func:`preset_keys`) hold every ``norm.*`` pair of
     the label, values compared as the label spells them (``str``: ``None``, ``True``, ``1e-06``); keys outside
-    ``norm.`` (``model.residual_streams``) are not compared. None when no preset fits, or several do (a label that
-    shows too few keys to tell them apart)."""
+    ``norm.`` (``model.residual_streams``) are not compared. A label shows only the keys that differ between a study's
+    runs, so several presets can fit (``pre_ln`` and ``pre_pn``, whose ``norm.blocks`` a study without blocks does
+    not show): then the one whose other norm keys all hold ``conf/norm_base.yaml``'s values, if exactly one does. None
+    when no preset fits, or several fit and that does not tell them apart."""
     pairs = [pair.split("=", 1) for pair in stored_label(label).split(" ")]
-    norm_pairs = [(k, v) for k, v in pairs if k.startswith("norm.")]
+    norm_pairs = dict((k, v) for k, v in pairs if k.startswith("norm."))
 
     def fits(name: str) -> bool:
         keys = preset_keys(name)
-        return all(k in keys and str(keys[k]) == v for k, v in norm_pairs)
+        return all(k in keys and str(keys[k]) == v for k, v in norm_pairs.items())
+
+    def plain_elsewhere(name: str) -> bool:
+        base = _base_keys()
+        return all(v == base.get(k) for k, v in preset_keys(name).items() if k not in norm_pairs)
 
     found = [name for name in preset_names() if norm_pairs and fits(name)]
+    if len(found) > 1:
+        found = [name for name in found if plain_elsewhere(name)]
     return found[0] if len(found) == 1 else None
 
 

@@ -472,7 +472,12 @@ def test_families_are_relabelled_by_the_norm_preset_their_keys_name(tmp_path: Pa
     assert preset_of("norm.placement=pre norm.kind=derf") == "pre_derf"
     assert preset_of("norm.kind=layernorm norm.gpas=True model.residual_streams=1") == "pre_ln_gpas"  # model.* not compared
     assert preset_of("norm.kind=rmsnorm norm.placement=res_post norm.qk_scope=full norm.eps=1e-06") == "olmo2"
-    assert preset_of("norm.placement=pre norm.kind=layernorm") is None  # pre_ln, pre_ln_qk, pre_ln_gpas, ... all fit
+    # pre_ln, pre_ln_qk, pre_ln_gpas, ... all fit; pre_ln alone holds norm_base.yaml's values in the keys not shown
+    assert preset_of("norm.placement=pre norm.kind=layernorm") == "pre_ln"
+    assert preset_of("norm.kind=dyt") == "pre_dyt"  # not pre_dyt_lm: its alpha_init_* are not the base's
+    study = "norm.placement={} norm.kind={} norm.qk=None norm.gain=plain norm.gpas=False norm.hc=None norm.qk_scope=head"
+    assert preset_of(study.format("pre", "layernorm")) == "pre_ln"  # pre_pn fits too, but sets norm.blocks
+    assert preset_of(study.format("pre", "rmsnorm")) == "pre_rms"
     assert preset_of("norm.kind=nosuchkind") is None
     header = "family,seed,lr,final_val_loss,init_loss,capped_loss,state,max_attn_logit\n"
     families = (("norm.kind=derf", 1.0), ("norm.kind=layernorm norm.gpas=True", 1.2))
@@ -486,8 +491,8 @@ def test_families_are_relabelled_by_the_norm_preset_their_keys_name(tmp_path: Pa
     assert float(rows["pre_derf"]["diff_mean"]) == pytest.approx(0.0)  # LRS 0.25 (seed 0), 0.2 (seed 1) in both
     relabelled = list(csv.DictReader((tmp_path / "lr_sensitivity.csv").open()))
     assert [r["family"] for r in relabelled] == ["pre_derf"] * 4 + ["pre_ln_gpas"] * 4
-    (tmp_path / "bad.csv").write_text(header + "norm.kind=layernorm,0,0.001,1,3,1,finished,\n")
-    with pytest.raises(ValueError, match="family 'norm.kind=layernorm' names no single norm preset"):
+    (tmp_path / "bad.csv").write_text(header + "norm.kind=nosuchkind,0,0.001,1,3,1,finished,\n")
+    with pytest.raises(ValueError, match="family 'norm.kind=nosuchkind' names no single norm preset"):
         report_lrs.rebuild_lrs_csv(tmp_path / "bad.csv", tmp_path / "x" / "lrs.csv", by_preset=True)
     with pytest.raises(ValueError, match="its input: give an --out in another folder"):
         report_lrs.rebuild_lrs_csv(tmp_path / "lr_sensitivity.csv", tmp_path / "lrs.csv", by_preset=True)
