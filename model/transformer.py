@@ -140,7 +140,6 @@ class EncoderDecoder(nn.Module):
     def _init_weights(self) -> None:
         # Xavier-uniform matrices and zero biases as in torch.nn.Transformer; embeddings
         # N(0, D^-1/2) so that after the sqrt(D) scale they have unit variance (fairseq).
-        # Hyper-connection weights keep their own init (model.hyper_connections).
         # Parameters are drawn in named_parameters() order, then each block's placement init rule
         # (DeepNet's beta-scaled Xavier-normal, T-Fixup's scaling) redraws or scales that block's
         # matrices, in block order.
