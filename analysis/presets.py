@@ -123,12 +123,14 @@ def resolve_baseline(given: str | None, variants: Sequence[Group], families: Seq
     """(the label of the baseline, whether it is the default one) for ``--baseline given``.
 
     ``given`` is a variant's or a family's label (``null`` or ``None`` alike), a norm preset's name (``pre_ln``,
-    ``norm=pre_ln``: the one variant whose runs used it, else the one family), ``none`` (no baseline), or None:
+    ``norm=pre_ln``: the one variant whose runs used it, else the one family, as in an LR sweep where each LR is a
+    variant), ``none`` (no baseline), or None:
     the variant that used the default preset when exactly one did, else no baseline.
 
     Raises:
         ReportError: ``given`` is none of these (the message lists the labels and the presets some variant or
-            family used), or a preset several variants used (the message lists them).
+            family used), or a preset several variants and no single family, or several families, used (the
+            message lists them).
     """
     if given is None:
         users = [v for v in variants if used_preset(v, default_preset())]
@@ -139,14 +141,17 @@ def resolve_baseline(given: str | None, variants: Sequence[Group], families: Seq
         return group.label, False
     name = given.removeprefix("norm=")
     if name in preset_names():
-        for groups in (variants, families):
-            users = [g for g in groups if used_preset(g, name)]
-            if len(users) > 1:
-                labels = ", ".join(repr(shown_label(g.label)) for g in users)
-                raise ReportError(f"--baseline {given!r}: norm preset {name} was used by {len(users)} variants, {labels}; "
-                                  "pass one of these labels")  # fmt: skip
-            if users:
-                return users[0].label, False
+        # A sweep with an LR axis has one variant per LR for each family: several variants, one family, which is meant.
+        named = (("variants", variants), ("families", families))
+        users = {what: [g for g in groups if used_preset(g, name)] for what, groups in named}
+        for group in (users["variants"], users["families"]):
+            if len(group) == 1:
+                return group[0].label, False
+        what, several = next(((w, u) for w, u in users.items() if u), (None, []))
+        if several:
+            labels = ", ".join(repr(shown_label(g.label)) for g in several)
+            raise ReportError(f"--baseline {given!r}: norm preset {name} was used by {len(several)} {what}, {labels}; "
+                              "pass one of these labels")  # fmt: skip
     labels = ", ".join(repr(shown_label(g.label)) for g in [*variants, *families])
     used = [p for p in preset_names() if any(used_preset(g, p) for g in [*variants, *families])]
     raise ReportError(f"unknown --baseline {given!r}; valid: {labels}, a norm preset some variant used "

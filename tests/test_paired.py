@@ -10,7 +10,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from analysis import presets
-from analysis.load import ReportError
+from analysis.load import ReportError, load_runs
+from analysis.lrs import lr_study
 from analysis.paired import (
     BASELINE_COLUMNS,
     SUMMARY_COLUMNS,
@@ -21,9 +22,10 @@ from analysis.paired import (
     quality_metrics,
     summary_rows,
 )
+from analysis.presets import resolve_baseline
 from analysis.runs import Run
 from analysis.stats import mean_stderr, t_interval, zero_spread
-from analysis.variants import Variant
+from analysis.variants import Variant, group_variants
 from runlog.renames import ADDED
 from runlog.tasks import TASKS
 from scripts import report, report_tables
@@ -286,9 +288,13 @@ def test_no_default_baseline_when_no_single_variant_used_the_default_preset(tmp_
     page = report.build_report([tmp_path], tmp_path / "report").read_text(encoding="utf-8")
     assert '<p class="note" data-baseline="">Is a difference real? <code>--baseline VARIANT</code>' in page
     assert delta_cells(page) == {}
+    # Asked for: the two variants are one LR family, which pre_ln names (the LR-sensitivity table's baseline).
+    runs = load_runs([tmp_path])
+    family = lr_study(runs).families[0]
+    assert resolve_baseline("pre_ln", group_variants(runs), [family]) == (family.label, False)
     with pytest.raises(ReportError, match=r"^--baseline 'pre_ln': norm preset pre_ln was used by 2 variants, 'optim.lr=0.001', "
                                           r"'optim.lr=0.01'; pass one of these labels$"):  # fmt: skip
-        report.build_report([tmp_path], tmp_path / "r2", baseline="pre_ln")
+        resolve_baseline("pre_ln", group_variants(runs), [])  # no LR family to fall back on
 
 
 def test_a_null_label_is_shown_as_null_and_accepted_in_both_spellings(tmp_path: Path) -> None:
