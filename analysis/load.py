@@ -22,7 +22,7 @@ from runlog.tasks import TaskSpec, read_task
 RUN_CONFIG, RUN_RECORDS = "config.yaml", ("metrics.jsonl", "status.json")  # a run dir holds the first and one of the others
 SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; not searched
 # Scalar series kept from metrics.jsonl; telemetry is reduced on reading to the profiles below, and the stack-less
-# telemetry (out/, optim/: one number per record) is kept as series.
+# telemetry (out/, optim/: one number per record) and hyper-connections' per-stack gains (hc/) are kept as series.
 SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
 # (family, site, stat) of a block's metric -> the name of its profile in ``Run.profiles``, by depth: the stream leaving
 # block i (its RMS and kurtosis), the sum entering its FFN's closing norm (its RMS) and the block's gradient norm.
@@ -149,7 +149,7 @@ def _add_row(row: dict[str, Any], series: dict, raw: dict) -> None:
             series.setdefault(key, []).append((step, finite(value)))
         elif (m := parse(key)) is None:
             continue
-        elif m.stack is None:  # stack-less telemetry: one number per record, a series like train/loss
+        elif m.stack is None or m.family == "hc":  # one number per record (hc/: per stack): a series like train/loss
             series.setdefault(key, []).append((step, finite(value)))
         elif m.layer is None or (value := finite(value)) is None:  # a stack site (embed, final_norm): no depth
             continue

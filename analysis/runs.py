@@ -34,7 +34,7 @@ class Run:
         label: its name on the page (path relative to the directory given on the command line).
         config: the flattened config (``norm.kind`` -> ``"rmsnorm"``); empty if unreadable.
         series: metric -> [(step, value or None)] for ``train/``, ``val/``, ``test/``, ``perf/`` metrics and the
-            stack-less telemetry (``out/logz``, ``out/max_logit``, ``optim/below_eps``).
+            stack-less telemetry (``out/logz``, ``out/max_logit``, ``optim/below_eps``) and the per-stack ``hc/`` gains.
         profiles: per-block telemetry, by profile name (``analysis.load.PROFILES``, ``SITE_PROFILES``): telemetry
             step -> depth -> value (``rms``: ``act/{block}.out/rms``), or -> :class:`BlockSite` -> value for a
             per-site metric (``max_logit``); a profile the run did not record is absent (:meth:`profile`: empty).

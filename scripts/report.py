@@ -24,7 +24,8 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
 - one PNG per chart (``loss.png``, ``val_loss.png``, ``val_<metric>.png`` (``val_per.png``), ``rms_vs_depth.png``,
   ``grad_vs_depth.png``), and those of the stability charts that have data (``analysis/stability.py``):
   ``attn_max_logit_<j>.png`` and ``sigma_max_vs_depth_<j>.png`` for the j-th variant, ``out_logz.png``,
-  ``kurtosis_vs_depth.png``.
+  ``kurtosis_vs_depth.png``; with hyper-connections (``norm.hc``), ``hc_gain_<j>.png`` and ``hc_gains.csv``, their
+  composite residual gain (``analysis/hyper_connections.py``).
 - ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with a baseline
   the paired difference and its CI, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
 - ``runs.csv``, always: the per-run table unformatted, one row per run under its variant's label (the values behind
@@ -62,6 +63,7 @@ import html
 from tqdm import tqdm
 
 from analysis.depth import write_depth_csvs
+from analysis.hyper_connections import hc_gain_panels, write_hc_gains
 from analysis.load import ReportError, load_runs, runs_task
 from analysis.lr_panels import lr_panels
 from analysis.lrs import lr_study
@@ -190,7 +192,7 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     family_baseline = study.family(label) if study else None  # --baseline FAMILY: compare LR sensitivities
     compared_to = find_baseline(variants, label, [f.label for f in study.families] if study else [])
     colors = variant_colors(variants) | variant_colors(study.families if study else [])
-    panels = build_panels(variants, task) + stability_panels(variants) + lr_panels(study)
+    panels = build_panels(variants, task) + stability_panels(variants) + hc_gain_panels(variants) + lr_panels(study)
     out.mkdir(parents=True, exist_ok=True)
     pngs = [save_png(p, colors, out) for p in panels]
     plots = [figure_html(plotly_figure(p, colors), f"plot-{p.key}", include_plotlyjs=(i == 0)) for i, p in enumerate(panels)]
@@ -208,6 +210,7 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
     write_summary(out / "summary.csv", summary_rows(variants, task, compared_to), compared_to is not None)
     write_runs(out / "runs.csv", variants, run_columns(task))
+    write_hc_gains(variants, out)
     after = {[p.key for p in panels].index("grad_vs_depth"): growth_html(write_depth_csvs(variants, out))}
     path = out / "index.html"
     path.write_text(page_html(title, header_html(dirs, runs, variants, pngs), plots, tables, after), encoding="utf-8")
