@@ -4,6 +4,7 @@
 - ``load``: run directories -> runs (never failing on a bad run), and the task they are of (``runlog.tasks``);
 - ``variants``: runs -> variants (runs that differ only in the seed);
 - ``stats``: a variant's mean curve with its min-max or standard-error band, mean ± standard error;
+- ``params``: a variant's (or LR family's) parameter counts and their ratio to a baseline's;
 - ``paired``: variants vs a baseline variant, seed by seed (paired t test, noise floor), the rows of summary.csv;
 - ``panels``: variants -> the report's charts as plain data (nothing here draws);
 - ``stability``: variants -> the report's stability charts (max logit, log Z, spectral norm, kurtosis), the same way;

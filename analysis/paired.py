@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from analysis.load import ReportError
+from analysis.params import params_ratio, shared_count
 from analysis.runs import Run, finite
 from analysis.stats import mean_stderr, t_interval, zero_spread
 from analysis.variants import Variant
@@ -24,6 +25,8 @@ Getter = Callable[[Run], float | None]
 CI_LEVEL = 0.95
 SUMMARY_COLUMNS = ("variant", "metric", "runs", "finished", "diverged", "n", "mean", "stderr", "std")
 BASELINE_COLUMNS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant", "degenerate")  # --baseline
+PARAMS_COLUMNS = ("params", "hc_params")  # after the older ones (committed summary.csv files keep their columns)
+PARAMS_BASELINE_COLUMNS = ("params_ratio",)  # --baseline, last
 DEGENERATE = "degenerate (zero spread)"
 
 
@@ -139,9 +142,11 @@ def find_baseline(variants: list[Variant], label: str | None, others: Sequence[s
 
 
 def summary_rows(variants: list[Variant], task: TaskSpec, baseline: Variant | None) -> list[dict[str, object]]:
-    """One row per (variant, metric of :func:`quality_metrics`), keyed by ``SUMMARY_COLUMNS`` (+ ``BASELINE_COLUMNS``
-    with a baseline): run counts, n (finished runs with the value), mean, stderr and sample std over them, and the
-    paired difference to the baseline (left None in the baseline's own rows). Unformatted values; None: no value."""
+    """One row per (variant, metric of :func:`quality_metrics`), keyed by ``SUMMARY_COLUMNS``, ``PARAMS_COLUMNS``
+    (+ ``BASELINE_COLUMNS`` and ``PARAMS_BASELINE_COLUMNS`` with a baseline): run counts, n (finished runs with the
+    value), mean, stderr and sample std over them, the variant's parameter counts (``analysis.params.shared_count``),
+    and the paired difference and parameter ratio to the baseline (left None in the baseline's own rows). Unformatted
+    values; None: no value."""
     rows = []
     for variant in variants:
         for metric, get in quality_metrics(task).items():
@@ -150,8 +155,10 @@ def summary_rows(variants: list[Variant], task: TaskSpec, baseline: Variant | No
             row = {"variant": variant.label, "metric": metric, "runs": len(variant.runs),
                    "finished": sum(r.finished for r in variant.runs), "diverged": sum(r.diverged for r in variant.runs),
                    "n": len(values), "mean": mean, "stderr": stderr, "std": _std(values)}  # fmt: skip
+            row |= {"params": shared_count(variant.runs), "hc_params": shared_count(variant.runs, hc=True)}
             if baseline is not None:
                 row |= _baseline_fields(versus(variant, baseline, get), baseline.label)
+                row["params_ratio"] = None if variant is baseline else params_ratio(variant.runs, baseline.runs)
             rows.append(row)
     return rows
 

@@ -131,6 +131,23 @@ class Run:
         return finite((self.status or {}).get(f"spike_score_{series}"))
 
     @property
+    def params(self) -> int | None:
+        """status.json's ``params.total``: the model's parameters, a tied or shared matrix counted once
+        (``EncoderDecoder.parameter_counts``); None for a run written before the record."""
+        return self._param_count("total")
+
+    @property
+    def hc_params(self) -> int | None:
+        """status.json's ``params.hc``: how many of :attr:`params` are hyper-connections' (0 without ``norm.hc``);
+        None for a run written before the record."""
+        return self._param_count("hc")
+
+    def _param_count(self, key: str) -> int | None:
+        record = (self.status or {}).get("params")
+        value = record.get(key) if isinstance(record, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
     def wall_s(self) -> float | None:
         return finite((self.status or {}).get("wall_s"))
 

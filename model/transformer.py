@@ -209,6 +209,14 @@ class EncoderDecoder(nn.Module):
         src_pad_mask = src.eq(self.cfg.pad_id)  # (B, S)
         return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask)
 
+    def parameter_counts(self) -> dict[str, int]:
+        """``{"total": N, "hc": M}``: the model's parameter entries, a tied or shared matrix counted once
+        (``nn.Module.parameters`` yields a shared tensor once: with ``tie_embeddings`` the output projection is the
+        target embedding), and of them the hyper-connections' (``HC_MODULES``; 0 without ``norm.hc``), the
+        parameters they add over the same model with one plain residual stream."""
+        hc = {id(p): p.numel() for m in self.modules() if isinstance(m, HC_MODULES) for p in m.parameters()}
+        return {"total": sum(p.numel() for p in self.parameters()), "hc": sum(hc.values())}
+
     def set_norm_group(self, group: torch.distributed.ProcessGroup | None) -> None:
         """Have every norm that reads the batch sum its statistics over ``group``, the data-parallel
         process group (None: this process only). Token-wise norms have no statistics to share."""

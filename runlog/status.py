@@ -7,8 +7,10 @@ without parsing logs. Fields: ``state`` (one of ``STATES``), ``step``, ``max_ste
 second over those seconds), ``spike_score_loss`` and ``spike_score_grad_norm`` (the share of the
 steps so far whose training loss / gradient norm spiked: ``training/spikes.py``; the run's at the
 end), ``error`` (message or null), ``diverged_step`` (a diverged run's step whose training loss
-went non-finite; absent otherwise), ``test`` (final test metrics) and, once
-the run logs to wandb, ``wandb_id`` (its wandb run id, resumed by every later attempt in the dir).
+went non-finite; absent otherwise), ``test`` (final test metrics), ``params`` (written once the model is built:
+``{"total": N, "hc": M}``, its parameter entries with a tied or shared matrix counted once, and of them the
+hyper-connections', 0 without ``norm.hc``: ``EncoderDecoder.parameter_counts``; absent from runs written before it)
+and, once the run logs to wandb, ``wandb_id`` (its wandb run id, resumed by every later attempt in the dir).
 """
 
 import json

@@ -16,7 +16,9 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   preset pre_ln when exactly one used it (``--baseline none``: none), each test metric and best valid loss gets a column
   "Δ vs VARIANT": the paired difference over the seeds both finished, with its 95% CI (paired t test; ``n.s.`` when
   it covers 0; ``degenerate (zero spread)`` when every pair differs by the same amount), under a line giving the
-  method and the baseline's noise floor (``analysis/paired.py``). When every run ends at a test WER of 90 % or more,
+  method and the baseline's noise floor (``analysis/paired.py``); the variants table gives each variant's parameters
+  (status.json's ``params``) and, with a baseline, their ratio to the baseline's (``1.266 (+26.6 %)``), as does the
+  LR-sensitivity table for LR families. When every run ends at a test WER of 90 % or more,
   a line says they are far from trained.
   plotly.js is embedded: the page works offline. Once every chart has drawn, ``<body data-plots-drawn>``
   equals ``data-plots-expected``; JavaScript errors (uncaught, rejected promises, ``console.error``)
@@ -27,9 +29,10 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   ``kurtosis_vs_depth.png``; with hyper-connections (``norm.hc``), ``hc_gain_<j>.png`` and ``hc_gains.csv``, their
   composite residual gain (``analysis/hyper_connections.py``).
 - ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with a baseline
-  the paired difference and its CI, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
+  the paired difference and its CI, then ``params``, ``hc_params`` (the variant's parameter counts) and with a baseline
+  ``params_ratio``, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
 - ``runs.csv``, always: the per-run table unformatted, one row per run under its variant's label (the values behind
-  the seed statistics: PER/WER as fractions, losses in nats).
+  the seed statistics: PER/WER as fractions, losses in nats), its last columns ``params`` and ``hc_params``.
 - ``depth_profile.csv`` and ``depth_growth.csv``, when a run recorded block telemetry (``analysis/depth.py``): every run's
   residual RMS, gradient norm and kurtosis per (step, block), and per variant each stack's growth (the residual
   stream's RMS at its last block / its first, read before a block's closing norm where it has one) at the first and
@@ -204,7 +207,8 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     if probes := probes_html(ordered):
         tables.append(("Probes", probes))
     if study:
-        lrs_table = table_html(lrs_columns(family_baseline), study.families, "data-family", lambda f: "")
+        counted = any(r.params is not None for r in runs)  # runs written before the count: no parameter columns
+        lrs_table = table_html(lrs_columns(family_baseline, counted), study.families, "data-family", lambda f: "")
         tables.insert(1, ("LR sensitivity", lrs_note(study) + lrs_table))  # after the variants: a summary of them
         write_csvs(study, out, family_baseline)
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")

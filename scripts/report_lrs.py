@@ -46,6 +46,7 @@ from analysis.lrs import NOT_LEARNED, Family, LRStudy, lrs_versus, not_learned_p
 from analysis.paired import delta_text
 from analysis.presets import preset_of, shown_label, stored_label
 from analysis.runs import Run
+from scripts.report_tables import params_columns
 
 CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit")
 PAIRED_FIELDS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant")
@@ -103,11 +104,13 @@ def _ci_cell(family: Family) -> tuple[str | None, str]:
     return (None, "—") if ci is None else (f"{ci[0]!r} {ci[1]!r}", f"[{_fmt(ci[0])}, {_fmt(ci[1])}]")
 
 
-def lrs_columns(baseline: Family | None = None) -> list[tuple[str, str, Callable[[Family], tuple]]]:
+def lrs_columns(baseline: Family | None = None, params: bool = False) -> list[tuple[str, str, Callable[[Family], tuple]]]:
     """The LR-sensitivity table's columns, as ``scripts.report.table_html`` takes them: (key, header, cell), where
     cell(family) -> (raw value for data-value, shown text); with ``baseline``, after the CI a column ``lrs:delta``:
     the family's LRS − the baseline's, paired by seed (:func:`analysis.lrs.lrs_versus`), ``n.s.`` when its 95% CI
-    covers 0, empty in the baseline's row."""
+    covers 0, empty in the baseline's row. With ``params`` (some run recorded its count), after the family its parameters
+    and with ``baseline`` their ratio to the baseline's (:func:`scripts.report_tables.params_columns`), on the page
+    only: ``lrs.csv`` is rebuilt from ``lr_sensitivity.csv`` alone, which holds no counts."""
 
     def delta(f: Family) -> tuple:
         diff = lrs_versus(f, baseline)
@@ -116,6 +119,7 @@ def lrs_columns(baseline: Family | None = None) -> list[tuple[str, str, Callable
     compared = [("lrs:delta", f"LRS Δ vs {shown_label(baseline.label)}: mean [95% CI] (pairs)", delta)] if baseline else []
     return [
         ("family", "family", lambda f: (f.label, f.label)),
+        *(params_columns(baseline) if params else []),
         ("n", "seeds (n)", lambda f: (len(f.values), f"{len(f.values)} of {len(f.seeds)}")),
         ("lrs", "LRS: mean ± stderr", _mean_cell),
         ("best_loss", "best loss l*: mean", lambda f: (f.best_loss_mean, _fmt(f.best_loss_mean))),

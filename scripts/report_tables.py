@@ -9,8 +9,11 @@ from pathlib import Path
 
 from analysis.csvs import write_csv
 from analysis.depth import STEP_KINDS
+from analysis.lrs import Family
 from analysis.paired import (
     BASELINE_COLUMNS,
+    PARAMS_BASELINE_COLUMNS,
+    PARAMS_COLUMNS,
     SUMMARY_COLUMNS,
     Getter,
     delta_text,
@@ -19,6 +22,7 @@ from analysis.paired import (
     quality_metrics,
     versus,
 )
+from analysis.params import params_ratio, ratio_text, shared_count
 from analysis.presets import shown_label
 from analysis.runs import Run
 from analysis.stats import mean_stderr
@@ -43,6 +47,10 @@ def _fmt_time(seconds: float | None) -> str:
 
 def _fmt_rate(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
+
+
+def _fmt_count(value: int | None) -> str:
+    return "—" if value is None else f"{value:,}"
 
 
 def _fmt_pct(value: float | None) -> str:
@@ -81,6 +89,8 @@ def run_columns(task: TaskSpec) -> list[Column]:
         ("wall_s", "wall time", lambda r: (r.wall_s, _fmt_time(r.wall_s))),
         ("tokens_per_s", "tokens/s", lambda r: (r.tokens_per_s, _fmt_rate(r.tokens_per_s))),
         ("notes", "notes", lambda r: ("; ".join(r.notes), "; ".join(r.notes))),
+        ("params", "parameters", lambda r: (r.params, _fmt_count(r.params))),  # after notes: runs.csv's older columns first
+        ("hc_params", "hyper-connection parameters", lambda r: (r.hc_params, _fmt_count(r.hc_params))),
     ]
 
 
@@ -123,11 +133,28 @@ def variant_columns(task: TaskSpec, baseline: Variant | None = None) -> list[Col
         ("variant", "variant", lambda v: (v.label, v.label)),
         count_col("finished", lambda r: r.finished),
         count_col("diverged", lambda r: r.diverged),
+        *params_columns(baseline),
         *(col for key, shown in metric_display(task).items() for col in compared_cols(key, *shown)),
         *(mean_col(f"spike_score_{s}", SPIKE_HEADERS[s], lambda r, s=s: r.spike_score(s), _fmt_pct) for s in SERIES),
         mean_col("wall_s", "wall time", lambda r: r.wall_s, _fmt_time),
         mean_col("tokens_per_s", "tokens/s", lambda r: r.tokens_per_s, _fmt_rate),
     ]
+
+
+def params_columns(baseline: Variant | Family | None = None) -> list[Column]:
+    """The parameter columns of the variants and LR-sensitivity tables, for items with ``runs`` and ``label`` (a
+    variant, an LR family): ``params``, the count its runs recorded (``analysis.params.shared_count``), and with
+    ``baseline`` (such an item) ``params:ratio``, the count over the baseline's as ``1.266 (+26.6 %)``, empty in the
+    baseline's row. Both empty (and left out of the table) for runs written before the count was recorded."""
+    count = ("params", "parameters", lambda v: (n := shared_count(v.runs), _fmt_count(n)))
+    if baseline is None:
+        return [count]
+
+    def ratio(v: Variant | Family) -> tuple:
+        value = None if v is baseline else params_ratio(v.runs, baseline.runs)
+        return value, "" if v is baseline else ratio_text(value)
+
+    return [count, ("params:ratio", f"parameters vs {shown_label(baseline.label)}: ratio (Δ %)", ratio)]
 
 
 def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: Callable[[float], str]) -> Column:
@@ -200,8 +227,10 @@ def baseline_note(baseline: Variant, task: TaskSpec, by_default: bool = False) -
 
 def write_summary(path: Path, rows: list[dict[str, object]], with_baseline: bool) -> None:
     """``summary.csv``: ``rows`` of ``analysis.paired.summary_rows`` under ``SUMMARY_COLUMNS`` (+ ``BASELINE_COLUMNS``
-    ``with_baseline``); floats as repr, None and non-finite empty, booleans ``true``/``false``."""
-    columns = SUMMARY_COLUMNS + (BASELINE_COLUMNS if with_baseline else ())
+    ``with_baseline``), then ``PARAMS_COLUMNS`` (+ ``PARAMS_BASELINE_COLUMNS``); floats as repr, None and non-finite
+    empty, booleans ``true``/``false``."""
+    compared = BASELINE_COLUMNS if with_baseline else ()
+    columns = SUMMARY_COLUMNS + compared + PARAMS_COLUMNS + (PARAMS_BASELINE_COLUMNS if with_baseline else ())
     cells = ([str(v).lower() if isinstance(v, bool) else _raw(v) for v in (row[c] for c in columns)] for row in rows)
     write_csv(path, columns, cells)
 
@@ -241,7 +270,7 @@ def growth_html(rows: list[dict[str, object]]) -> str:
     return note + table_html(columns, list(dict.fromkeys(r["variant"] for r in rows)), "data-growth", lambda v: "")
 
 
-ZERO_HIDDEN = ("diverged", "did_not_learn", *(f"spike_score_{s}" for s in SERIES))  # columns hidden when all 0
+ZERO_HIDDEN = ("diverged", "did_not_learn", "hc_params", *(f"spike_score_{s}" for s in SERIES))  # columns hidden when all 0
 
 
 def _hidden(key: str, values: list) -> bool:

@@ -14,6 +14,8 @@ from analysis.load import ReportError, load_runs
 from analysis.lrs import lr_study
 from analysis.paired import (
     BASELINE_COLUMNS,
+    PARAMS_BASELINE_COLUMNS,
+    PARAMS_COLUMNS,
     SUMMARY_COLUMNS,
     PairedDifference,
     delta_text,
@@ -167,7 +169,7 @@ def test_baseline_line_and_headers(compared: tuple[str, list[dict]]) -> None:
 
 def test_summary_csv_with_baseline(compared: tuple[str, list[dict]]) -> None:
     rows = {(r["variant"], r["metric"]): r for r in compared[1]}
-    assert list(compared[1][0]) == [*SUMMARY_COLUMNS, *BASELINE_COLUMNS]
+    assert list(compared[1][0]) == [*SUMMARY_COLUMNS, *BASELINE_COLUMNS, *PARAMS_COLUMNS, *PARAMS_BASELINE_COLUMNS]
     assert len(rows) == 9 and {m for _, m in rows} == {"test/per", "test/wer", "best_val_loss"}  # no wall time, spikes
     post = rows[POST, "test/per"]
     counts = ("runs", "finished", "diverged", "n", "baseline", "pairs", "significant", "degenerate")
@@ -198,7 +200,7 @@ def test_summary_csv_without_baseline(paired_sweep: Path, tmp_path: Path) -> Non
     report.build_report([paired_sweep], tmp_path, baseline="none")
     with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == list(SUMMARY_COLUMNS) and len(rows) == 9
+    assert list(rows[0]) == [*SUMMARY_COLUMNS, *PARAMS_COLUMNS] and len(rows) == 9
     per = next(r for r in rows if r["variant"] == RMS and r["metric"] == "test/per")
     assert per["n"] == "2" and float(per["mean"]) == pytest.approx(0.115, rel=1e-12)
     assert float(per["std"]) == pytest.approx(statistics.stdev([0.11, 0.12]), rel=1e-12)

@@ -530,9 +530,9 @@ def test_labels_wrap_at_spaces_and_commas_never_mid_word(built: tuple[Path, str]
 
 
 def quiet_sweep(root: Path, wers: list[float]) -> Path:
-    """A variant per test WER, one finished run each, with no spike and nothing diverged."""
+    """A variant per test WER, one finished run each, with no spike, nothing diverged and no hyper-connection."""
     for i, wer in enumerate(wers):
-        status = {**finished(wer / 2), "spike_score_loss": 0.0, "spike_score_grad_norm": 0.0}
+        status = {**finished(wer / 2), "spike_score_loss": 0.0, "spike_score_grad_norm": 0.0, "params": {"total": 9000, "hc": 0}}
         cfg = config("pre", "layernorm", 0, lr=0.001 * (i + 1))
         write_run(root / f"lr={i},seed=0", cfg, metric_rows(1.0, 0, wer / 2), status)
     return root
@@ -548,8 +548,10 @@ def test_columns_with_nothing_to_read_are_hidden_and_named(tmp_path: Path) -> No
     assert ('<p class="note" data-hidden="diverged,spike_score_loss,spike_score_grad_norm">Columns left out, every value '
             "0 or empty: diverged, loss spike score (%): mean ± stderr (n), grad norm spike score (%): mean ± stderr (n).</p>"
             ) in page  # fmt: skip
-    assert "every value 0 or empty: diverged, loss spike score (%), grad norm spike score (%), notes.</p>" in page  # runs
+    assert ("every value 0 or empty: diverged, loss spike score (%), grad norm spike score (%), notes, hyper-connection "
+            "parameters.</p>") in page  # runs  # fmt: skip
     assert [row["test/wer"][1] for row in runs.values()] == ["30.00", "40.00"]  # the rest is shown
+    assert [row["params"][1] for row in [*variants.values(), *runs.values()]] == ["9,000"] * 4
 
 
 def test_a_sweep_far_from_trained_says_so(tmp_path: Path) -> None:

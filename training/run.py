@@ -20,7 +20,6 @@ from data.batching import check_budget
 from data.tokenizer import PAD_ID
 from model.batch_reading import BatchReadingNorm
 from model.config import ModelConfig
-from model.hyper_connections import HC_MODULES
 from model.transformer import EncoderDecoder
 from runlog.status import write_status
 from telemetry.recorder import Telemetry
@@ -111,12 +110,13 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     task = build_task(cfg, run_dir if is_main else None, ckpt)  # vocabularies from the checkpoint on resume
     for split in task.data.values():
         check_budget(split, tc.max_tokens)
-    mcfg = replace(cfg.model, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
-                   pad_id=PAD_ID, share_embeddings=task.share_embeddings)  # fmt: skip
+    mcfg = sized_model_config(cfg, task)
     # The checkpoint's model config read back: keys added since it was written compare at their defaults.
     if ckpt and (diff := config_diff(ModelConfig.from_dict(ckpt["model_config"]).to_dict(), mcfg.to_dict())):
         raise ValueError(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
     model = EncoderDecoder(mcfg).to(device)
+    if is_main:  # the report's parameter columns (analysis.runs.Run.params)
+        write_status(run_dir, params=model.parameter_counts())
     telemetry = Telemetry(model, cfg.telemetry)
     opt = build_optimizer(model, cfg.optim.lr, cfg.optim.betas, cfg.optim.weight_decay, cfg.optim.eps)
     state: dict[str, Any] = {}
@@ -148,10 +148,17 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast,
                           z_loss=cfg.optim.z_loss)  # fmt: skip
     logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None, resume_step=step)
-    print(f"normlab: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters{hyper_connection_note(model)}, norm "
+    print(f"normlab: {model.parameter_counts()['total'] / 1e6:.2f}M parameters{hyper_connection_note(model)}, norm "
           f"{mcfg.norm.placement}/{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, run dir {run_dir}")  # fmt: skip
     return Run(cfg, run_dir, is_main, device, world, mcfg, task, model, ddp, opt, sched, telemetry, logger,
                options, peak_flops(device, tc.peak_tflops), **state)  # fmt: skip
+
+
+def sized_model_config(cfg: RunConfig, task: Task) -> ModelConfig:
+    """``cfg.model`` sized to ``task``: its vocabulary sizes, the padding id and whether source and target share
+    one embedding (a joint vocabulary). What a run's model is built from, and ``scripts/match_params.py``'s."""
+    return replace(cfg.model, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
+                   pad_id=PAD_ID, share_embeddings=task.share_embeddings)  # fmt: skip
 
 
 def hyper_connection_note(model: EncoderDecoder) -> str:
@@ -159,8 +166,8 @@ def hyper_connection_note(model: EncoderDecoder) -> str:
     ``norm.hc``: the parameters hyper-connections add over the same model's plain residual."""
     if model.cfg.norm.hc is None:
         return ""
-    total = sum(p.numel() for p in model.parameters())
-    hc = sum(p.numel() for m in model.modules() if isinstance(m, HC_MODULES) for p in m.parameters())
+    counts = model.parameter_counts()
+    total, hc = counts["total"], counts["hc"]
     return (
         f" ({total:,}; {hc:,} of them hyper-connections, norm.hc={model.cfg.norm.hc} over "
         f"{model.cfg.residual_streams} streams; {total - hc:,} with one plain stream)"
