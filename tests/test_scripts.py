@@ -22,6 +22,7 @@ SCRIPTS = (
     "powernorm_reference",
     "derf_reference",
     "report_batch_vs_layer",
+    "estimate_time",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 
