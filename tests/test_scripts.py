@@ -23,6 +23,7 @@ SCRIPTS = (
     "derf_reference",
     "report_batch_vs_layer",
     "match_params",
+    "estimate_time",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 

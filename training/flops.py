@@ -15,13 +15,25 @@ V = tgt vocabulary, L_e / L_d layers:
     output layer, per tgt token:       2 D V
 
 MFU = model FLOPs per second / the device's peak dense bf16 FLOP/s (PaLM, App. B).
+
+``counted_train_flops`` counts the same step with ``torch.utils.flop_counter.FlopCounterMode`` instead
+(every matmul, bmm and attention kernel that runs, 2 FLOPs per multiply-accumulate): the formula's check,
+and the count ``scripts/estimate_time.py`` plans GPU runs with.
 """
 
+from contextlib import nullcontext
+
 import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
+from data.batching import Batch
 from model.config import ModelConfig
+from training.step import StepOptions, token_losses
 
-# Dense bf16 peak FLOP/s from the vendors' data sheets (SXM parts); matched against the CUDA device name.
+# Dense bf16 peak FLOP/s from the vendors' data sheets (SXM parts; a sheet's "with sparsity" figure halved, e.g.
+# the H200's 1,979 TFLOPS); matched against the CUDA device name.
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "L4": 121e12}
 
 
@@ -32,6 +44,29 @@ def train_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> flo
     dec = cfg.n_dec_layers * batch * (T * (2 * (6 * D * D + 2 * D * F) + 4 * T * D + 4 * S * D) + S * 2 * 2 * D * D)
     out = batch * T * 2 * D * cfg.tgt_vocab
     return 3.0 * (enc + dec + out)
+
+
+def counted_train_flops(model: nn.Module, micro: list[Batch], label_smoothing: float, z_loss: float = 0.0) -> tuple[int, int]:
+    """(forward, forward + backward) FLOPs of one training step over the micro-batches ``micro`` (src (B, S),
+    tgt_in / tgt_out (B, T) each), as ``torch.utils.flop_counter.FlopCounterMode`` counts them: the model's
+    forward, the loss of ``training.step.token_losses`` and its backward, as ``training.step.train_step`` runs
+    them. The optimizer update, norms and softmax are elementwise, which the counter leaves out, as the formula
+    does. Attention runs on SDPA's math backend, as matmuls the counter sees on any device (the fused CPU kernel
+    it does not see). On the meta device (model and batches) nothing is computed, so a GPU-sized step counts in
+    seconds; a model whose forward depends on values (batch-reading norms' masked statistics) cannot run there.
+
+    Raises:
+        NotImplementedError / RuntimeError: on the meta device, a model that cannot run there.
+    """
+    options = StepOptions(world=1, label_smoothing=label_smoothing, grad_clip=None, autocast=nullcontext(), z_loss=z_loss)
+    forward = 0
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        for batch in micro:
+            before = counter.get_total_flops()
+            ce, z = token_losses(model(batch.src, batch.tgt_in), batch.tgt_out, options)
+            forward += counter.get_total_flops() - before
+            (ce if z is None else ce + z).backward()
+    return forward, counter.get_total_flops()
 
 
 def peak_flops(device: torch.device, peak_tflops: float | None) -> float | None:
