@@ -25,7 +25,8 @@ min(l(eta), l0) = l0) *did not learn at any LR of the grid*. By the formula its 
 score, read as a success; it gets none instead, and no best loss, and a note says so. A family with such a seed has
 no mean LRS, no interval, no best loss and no best LR (a mean over the seeds that learned would score it by its
 survivors), and the report says "did not learn at any LR of the grid" for it, naming the seeds; a comparison by seed
-(:func:`lrs_versus`) leaves such seeds out and says how many.
+(:func:`lrs_versus`) leaves such seeds out and says how many, and compares no two families whose LR grids differ
+(each LRS is a mean over its own grid).
 
 :func:`study_from_cells` rebuilds a study from the report's ``lr_sensitivity.csv`` rows, without the run dirs.
 """
@@ -47,6 +48,7 @@ LOSS = "val/loss"
 INIT_TOLERANCE = 1e-6  # nats/token: one family and seed's runs share init and data, so their l0 should agree
 COMPLETE = ("finished", "diverged")  # the states whose final loss is known
 NOT_LEARNED = "did not learn at any LR of the grid"
+GRIDS_DIFFER = "LR grids differ: LRS not comparable"
 
 
 def capped_loss(loss: float | None, init_loss: float) -> float:
@@ -212,9 +214,14 @@ def not_learned_pairs(family: Family, baseline: Family) -> list[Any]:
 def lrs_versus(family: Family, baseline: Family) -> PairedDifference | None:
     """``family``'s LRS − ``baseline``'s, paired by seed over the seeds both have an LRS for (paired t test,
     :func:`analysis.paired.paired_difference`); None for the baseline itself. A seed that did not learn at any LR of
-    the grid in either family has no LRS and is left out; the difference's ``note`` says how many and why."""
+    the grid in either family has no LRS and is left out; the difference's ``note`` says how many and why. Two
+    families swept over different LR grids (a sweep cut short before its last LR) are not compared: no pair, no
+    mean, and the note ``GRIDS_DIFFER`` with both grids."""
     if family is baseline:
         return None
+    if family.grid != baseline.grid:  # a mean over other LRs: an LRS over a narrower grid reads as less sensitive
+        grids = " vs ".join(", ".join(f"{lr:g}" for lr in f.grid) for f in (family, baseline))
+        return PairedDifference(0, None, None, None, note=f"{GRIDS_DIFFER} ({grids})")
     diff = paired_difference(*({s.seed: s.sensitivity for s in f.seeds if s.sensitivity is not None} for f in (family, baseline)))
     if not (left := not_learned_pairs(family, baseline)):
         return diff

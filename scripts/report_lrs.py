@@ -23,9 +23,10 @@ CSVs, written with the ``csv`` module into the report's folder (empty field: no 
   the seeds both have an LRS for; empty without a baseline and in the baseline's own row), then ``best_loss_mean``
   (the mean over the seeds with an LRS of l*, the best loss LRS is measured from), ``did_not_learn`` (how many seeds
   did not learn at any LR of the grid), ``lrs_note`` (``did not learn at any LR of the grid: seeds ... of N``; a
-  best-LR tie), and with a baseline ``pairs_left_out`` (seeds left out of the pairs because either family did not
-  learn) and ``degenerate`` (every pair differs by the same amount: no interval, not significant; empty with fewer
-  than two pairs);
+  best-LR tie; with a baseline, why no difference was computed: ``LR grids differ: LRS not comparable (...)``), and
+  with a baseline ``pairs_left_out`` (seeds left out of the pairs because either family did not learn) and
+  ``degenerate`` (every pair differs by the same amount: no interval, not significant; empty with fewer than two
+  pairs);
 - ``lrs_seeds.csv``: one row per family and seed: ``family, seed, lrs, best_loss`` (l*; both empty without an LRS),
   ``init_loss`` (l0), ``learned`` (``False``: did not learn at any LR of the grid; empty for an incomplete grid).
 """
@@ -42,7 +43,7 @@ import html
 from collections.abc import Callable
 
 from analysis.csvs import write_csv
-from analysis.lrs import NOT_LEARNED, Family, LRStudy, lrs_versus, not_learned_pairs, study_from_cells
+from analysis.lrs import GRIDS_DIFFER, NOT_LEARNED, Family, LRStudy, lrs_versus, not_learned_pairs, study_from_cells
 from analysis.paired import delta_text
 from analysis.presets import preset_of, shown_label, stored_label
 from analysis.runs import Run
@@ -158,10 +159,12 @@ def family_rows(study: LRStudy, baseline: Family | None = None) -> list[tuple]:
         ci = f.ci95 or (None, None)
         diff = lrs_versus(f, baseline) if baseline else None
         paired = (None,) * 5 if diff is None else (diff.mean, *(diff.ci95 or (None, None)), diff.n, diff.significant)
+        uncompared = diff.note if diff is not None and diff.note.startswith(GRIDS_DIFFER) else ""
+        note = "; ".join(n for n in (lrs_note_field(f), uncompared) if n)
         left_out = None if diff is None else len(not_learned_pairs(f, baseline))
         degenerate = diff.degenerate if diff is not None and diff.n > 1 else None  # no test with fewer than two pairs
         rows.append((f.label, len(f.values), *f.mean_stderr, *ci, per_seed(f), f.best_lr, baseline and baseline.label, *paired,
-                     f.best_loss_mean, len(f.not_learned), lrs_note_field(f), left_out, degenerate))  # fmt: skip
+                     f.best_loss_mean, len(f.not_learned), note, left_out, degenerate))  # fmt: skip
     return rows
 
 

@@ -302,6 +302,31 @@ def test_lrs_versus_is_the_paired_t_test_of_per_seed_lrs() -> None:
     assert lrs_versus(rms, rms) is None and study.family("norm.kind=none") is None
 
 
+def test_families_over_different_lr_grids_are_not_compared(tmp_path: Path) -> None:
+    # rmsnorm's sweep stopped before lr 0.1: its LRS is a mean over two LRs, layernorm's over three, where the third,
+    # the worst, would raise it. A difference would read rmsnorm as less sensitive; none is given, and the CSV says why.
+    grids = {"layernorm": ((1e-3, 1.0), (1e-2, 2.0), (1e-1, 5.0)), "rmsnorm": ((1e-3, 1.0), (1e-2, 2.0))}
+    runs = [fake_run(lr, seed, 5.0, final, kind=kind) for kind, cells in grids.items() for seed in (0, 1, 2)
+            for lr, final in cells]  # fmt: skip
+    study = lr_study(runs)
+    layer, rms = (study.family(f"norm.kind={kind}") for kind in grids)
+    assert layer.values == pytest.approx([5 / 3] * 3) and rms.values == pytest.approx([0.5] * 3)
+    diff = lrs_versus(rms, layer)
+    assert (diff.n, diff.mean, diff.ci95, diff.significant) == (0, None, None, None)
+    assert diff.note == "LR grids differ: LRS not comparable (0.001, 0.01 vs 0.001, 0.01, 0.1)"
+    cells = [{"family": f.label, "seed": str(s.seed), "lr": repr(c.lr), "final_val_loss": repr(c.final_loss),
+              "init_loss": "5.0", "state": c.state} for f in study.families for s in f.seeds for c in s.cells]  # fmt: skip
+    with (tmp_path / "cells.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(cells[0]))
+        writer.writeheader()
+        writer.writerows(cells)
+    (tmp_path / "out").mkdir()
+    report_lrs.rebuild_lrs_csv(tmp_path / "cells.csv", tmp_path / "out" / "lrs.csv", baseline="norm.kind=layernorm")
+    row = {r["family"]: r for r in read_csv(tmp_path / "out" / "lrs.csv")}["norm.kind=rmsnorm"]
+    assert (row["diff_mean"], row["pairs"], row["significant"]) == ("", "0", "")
+    assert row["lrs_note"] == diff.note
+
+
 def test_report_with_a_family_baseline_adds_the_paired_lrs_difference(lr_sweep: tuple[Path, str], tmp_path: Path) -> None:
     root = lr_sweep[0].parents[1]
     path = report.build_report([root], tmp_path, baseline=PRE)
