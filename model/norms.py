@@ -210,7 +210,7 @@ class DyT(nn.Module):
 
     def __init__(self, dim: int, bias: bool = True, alpha_init: float = DYT_ALPHA_INIT) -> None:
         super().__init__()
-        self.alpha = nn.Parameter(torch.tensor([alpha_init]))
+        self.alpha = nn.Parameter(torch.tensor([float(alpha_init)]))  # float: an int from the command line (=1) too
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
@@ -235,7 +235,7 @@ class Derf(nn.Module):
 
     def __init__(self, dim: int, bias: bool = True, alpha_init: float = DERF_ALPHA_INIT) -> None:
         super().__init__()
-        self.alpha = nn.Parameter(torch.tensor([alpha_init]))
+        self.alpha = nn.Parameter(torch.tensor([float(alpha_init)]))  # float: an int from the command line (=1) too
         self.shift = nn.Parameter(torch.tensor([DERF_SHIFT_INIT]))
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None

@@ -96,6 +96,18 @@ def test_alpha_init_follows_the_site_attention_ffn_final(kind):
     assert set(alphas(model(kind=kind)).values()) == {0.5}  # the defaults: today's DyT
 
 
+@pytest.mark.parametrize("kind", ["dyt", "derf"])
+def test_an_integer_alpha_init_from_the_command_line_builds_and_trains(kind):
+    # norm.alpha_init_attn=1 reaches the config as the int 1 (Hydra), which torch.tensor([1]) would make an int64
+    # parameter: "Only Tensors of floating point ... can require gradients" (what a sweep over 1 and 2 hit)
+    net = model(kind=kind, alpha_init_attn=1, alpha_init_ffn=2, alpha_init_final=1)
+    assert {p.dtype for name, p in net.named_parameters() if name.endswith(".alpha")} == {torch.float32}
+    assert set(alphas(net).values()) == {1.0, 2.0}
+    src = torch.randint(3, 20, (2, 5))
+    net(src, src).sum().backward()
+    assert all(p.grad is not None for name, p in net.named_parameters() if name.endswith(".alpha"))
+
+
 def test_alpha_init_can_be_set_per_block():
     found = alphas(model(kind="derf", blocks=[{"stack": "dec", "layers": [1], "alpha_init_attn": 0.9, "alpha_init_final": 0.1}]))
     assert found["decoder.1.cross_attn.norm_in"] == pytest.approx(0.9) and found["decoder.0.cross_attn.norm_in"] == 0.5
