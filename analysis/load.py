@@ -79,7 +79,11 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _freeze(value: Any) -> Any:
-    """Lists -> tuples, dicts -> sorted item tuples, recursively (hashable, comparable)."""
+    """Lists -> tuples, dicts -> sorted item tuples, recursively (hashable, comparable); a float with an integer
+    value -> that int, so ``norm.alpha_init_attn=1`` and ``=1.0`` (one setting, written two ways on the command line)
+    label one variant, not two."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, dict):

@@ -32,6 +32,7 @@ Implementations differ in details: docs/norms.md, "Hyper-connections".
 """
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +46,13 @@ SINKHORN_ITERS = 20  # mHC t_max (Xie et al. sec. 4.1; DeepseekV4Config.hc_sinkh
 MHC_EPS = 1e-6  # DeepseekV4Config.hc_eps: added to a_m and to A before Sinkhorn, and to each normalizer
 MHC_RMS_EPS = 1e-6  # DeepseekV4Config.rms_norm_eps, of the unweighted RMSNorm on the flattened streams
 MHC_INIT_STD = 0.02  # DeepseekV4Config.initializer_range, the std of phi at init
+
+
+def _float32_region(device: torch.device) -> AbstractContextManager:
+    """Autocast off, so the mixing weights are computed in float32 under a bf16 run; a no-op on a device autocast does
+    not know (``meta``, where ``scripts/estimate_time.py`` counts FLOPs: ``torch.autocast("meta")`` raises)."""
+    return torch.autocast(device.type, enabled=False) if torch.amp.is_autocast_available(device.type) else nullcontext()
+
 
 Update = Callable[[torch.Tensor], torch.Tensor]
 
@@ -129,7 +137,7 @@ class ManifoldHyperConnection(nn.Module):
     def weights(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(a_m (B, L, n), b (B, L, n), A (B, L, n, n)) in float32 for streams (B, L, n*D)."""
         n = self.n
-        with torch.autocast(streams.device.type, enabled=False):
+        with _float32_region(streams.device):
             proj = F.linear(_unweighted_rms(streams), self.fn.float())
             pre, post, res = (w * s + b for w, s, b in zip(proj.split([n, n, n * n], -1), self.scale.float(),
                                                             self.base.float().split([n, n, n * n]), strict=True))  # fmt: skip
@@ -171,7 +179,7 @@ class ManifoldHead(nn.Module):
         self.scale = nn.Parameter(torch.ones(1))
 
     def forward(self, streams: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(streams.device.type, enabled=False):
+        with _float32_region(streams.device):
             pre = torch.sigmoid(F.linear(_unweighted_rms(streams), self.fn.float()) * self.scale.float() + self.base.float())
         h = streams.unflatten(-1, (self.n, -1))
         return ((pre + MHC_EPS)[..., None] * h).sum(-2).to(streams.dtype)

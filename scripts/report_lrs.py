@@ -185,9 +185,10 @@ def write_csvs(study: LRStudy, out: Path, baseline: Family | None = None) -> lis
 def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None, by_preset: bool = False) -> Path:
     """Write ``out`` (``lrs.csv``) and ``lrs_seeds.csv`` beside it from ``cells_csv`` (a report's ``lr_sensitivity.csv``)
     alone, compared with the family labelled ``baseline`` if given (:func:`analysis.lrs.study_from_cells`,
-    :func:`family_rows`, :func:`seed_rows`); returns ``out``. With ``by_preset`` each family is first relabelled by the
-    norm preset it names (:func:`analysis.presets.preset_of`: ``pre_ln`` for a long ``norm.placement=pre ...``), and
-    the relabelled cells are written beside ``out`` too, as ``lr_sensitivity.csv``; ``baseline`` is then a preset.
+    :func:`family_rows`, :func:`seed_rows`), making ``out``'s folder if needed; returns ``out``. With ``by_preset``
+    each family is first relabelled by the norm preset it names (:func:`analysis.presets.preset_of`: ``pre_ln`` for a
+    long ``norm.placement=pre ...``), and the relabelled cells are written beside ``out`` too, as
+    ``lr_sensitivity.csv``; ``baseline`` is then a preset.
 
     Raises:
         ValueError: no family is labelled ``baseline`` (a null value spelled ``null`` or ``None``); the message lists
@@ -196,6 +197,7 @@ def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None, by_
     """
     with cells_csv.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
+    out.parent.mkdir(parents=True, exist_ok=True)  # as scripts.report makes its --out
     if by_preset:
         rows = _by_preset(rows, cells_csv, out.parent / CSVS[0])
     study = study_from_cells(rows)

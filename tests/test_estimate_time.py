@@ -124,6 +124,21 @@ def test_the_sweep_table_in_the_docs_and_its_total_in_the_preset_are_what_the_to
     assert stated_times(PRESET.read_text())[2] == total
 
 
+@pytest.mark.parametrize("hc", ["dynamic", "mhc"])
+def test_hyper_connections_count_on_the_meta_device_as_on_the_cpu(hc):
+    # mHC's float32 region is torch.autocast, which the meta device does not have: it raised ("unsupported scalarType")
+    cfg = ModelConfig(src_vocab=7, tgt_vocab=9, pad_id=PAD_ID, d_model=8, n_heads=2, d_ff=16, n_enc_layers=1,
+                      n_dec_layers=1, dropout=0.0)  # fmt: skip
+    cfg = replace(cfg, norm=replace(cfg.norm, hc=hc), residual_streams=4)
+    src, tgt = torch.randint(4, 7, (2, 3)), torch.randint(4, 9, (2, 5))
+    batch = Batch(src, tgt[:, :-1], tgt[:, 1:], [0, 1], 8)
+    cpu = counted_train_flops(EncoderDecoder(cfg), [batch], 0.1)
+    with torch.device("meta"):
+        meta_model = EncoderDecoder(cfg)
+    meta_batch = Batch(*(t.to("meta") for t in (src, tgt[:, :-1], tgt[:, 1:])), [0, 1], 8)
+    assert counted_train_flops(meta_model, [meta_batch], 0.1) == cpu and cpu[1] > 0
+
+
 def test_a_model_that_cannot_run_on_the_meta_device_is_named_in_one_line():
     with pytest.raises(ValueError, match="this run: its model cannot be counted on the meta device"):
         est.estimate(["norm=pre_bn", "model=tiny"])  # BatchNorm's statistics over the real tokens index by value

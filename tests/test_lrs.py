@@ -320,8 +320,7 @@ def test_families_over_different_lr_grids_are_not_compared(tmp_path: Path) -> No
         writer = csv.DictWriter(f, fieldnames=list(cells[0]))
         writer.writeheader()
         writer.writerows(cells)
-    (tmp_path / "out").mkdir()
-    report_lrs.rebuild_lrs_csv(tmp_path / "cells.csv", tmp_path / "out" / "lrs.csv", baseline="norm.kind=layernorm")
+    report_lrs.rebuild_lrs_csv(tmp_path / "cells.csv", tmp_path / "out" / "lrs.csv", baseline="norm.kind=layernorm")  # makes out/
     row = {r["family"]: r for r in read_csv(tmp_path / "out" / "lrs.csv")}["norm.kind=rmsnorm"]
     assert (row["diff_mean"], row["pairs"], row["significant"]) == ("", "0", "")
     assert row["lrs_note"] == diff.note

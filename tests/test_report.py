@@ -562,3 +562,12 @@ def test_a_sweep_far_from_trained_says_so(tmp_path: Path) -> None:
     ) in page
     page = report.build_report([quiet_sweep(tmp_path / "b", [0.99, 0.89])], tmp_path / "rb").read_text(encoding="utf-8")
     assert "far from trained" not in page  # one run spells more than 1 word in 10 right
+
+
+def test_an_integer_and_its_float_are_one_setting(tmp_path: Path) -> None:
+    # norm.alpha_init_attn=1 on one command line and =1.0 on another: the same model, one variant (it was two)
+    for seed, alpha in ((0, 1), (1, 1.0), (2, 2.0)):
+        write_run(tmp_path / f"a{seed}", config("pre", "dyt", seed, **{"norm.alpha_init_attn": alpha}),
+                  metric_rows(1.0, seed, 0.1), finished(0.1))  # fmt: skip
+    variants = group_variants(load_runs([tmp_path]))
+    assert sorted((v.label, len(v.runs)) for v in variants) == [("norm.alpha_init_attn=1", 2), ("norm.alpha_init_attn=2", 1)]
