@@ -52,7 +52,7 @@ from data.tokenizer import PAD_ID
 from model.batch_reading import BatchReadingNorm
 from model.transformer import EncoderDecoder
 from runlog.renames import renamed_override
-from training.cli import CONF, norm_kind_as_preset
+from training.cli import CONF, hydra_error_line, norm_kind_as_preset
 from training.flops import PEAK_BF16_FLOPS, counted_train_flops, train_flops
 from training.schema import RunConfig, validate
 
@@ -62,7 +62,6 @@ if TYPE_CHECKING:
 DEFAULT_GPU = "H200"
 DEFAULT_MFU = 0.15  # an assumption for a small model (module docstring)
 META = torch.device("meta")
-_DETAIL = ("full_key:", "object_type=", "Set the environment variable HYDRA_FULL_ERROR")  # OmegaConf's and Hydra's extra lines
 
 
 @dataclass(frozen=True)
@@ -137,8 +136,7 @@ def job_configs(overrides: list[str]) -> list[tuple[list[str], RunConfig]]:
                     OmegaConf.update(cfg, o.key_or_group, o.value(), merge=False)
                 out.append((job, validate(cfg)))
     except (HydraException, OmegaConfBaseException) as e:
-        lines = [line.strip() for line in str(e).splitlines() if line.strip() and not line.strip().startswith(_DETAIL)]
-        raise ValueError("; ".join(line.rstrip(".") for line in lines)) from None
+        raise ValueError(hydra_error_line(e)) from None
     return out
 
 

@@ -36,7 +36,7 @@ from hydra.errors import HydraException
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
 from runlog.renames import renamed_override
-from training.cli import CONF, norm_kind_as_preset
+from training.cli import CONF, hydra_error_line, norm_kind_as_preset
 from training.run import sized_model_config
 from training.schema import validate
 from training.tasks import build_task
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         match = match_params(args.candidate, args.baseline, args.vary, tuple(args.range) if args.range else None)
     except (ValueError, FileNotFoundError, HydraException) as e:
-        print(f"match_params: error: {e}", file=sys.stderr)
+        print(f"match_params: error: {hydra_error_line(e) if isinstance(e, HydraException) else e}", file=sys.stderr)
         return 1
     print(report(match, args.candidate, args.baseline))
     return 0

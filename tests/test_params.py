@@ -159,3 +159,12 @@ def test_the_lr_table_gives_each_familys_parameters_and_ratio(tmp_path: Path) ->
     assert cells["params"](other) == (MHC, "597,414") and cells["params:ratio"](other)[1] == "1.266 (+26.6 %)"
     assert cells["params:ratio"](base) == (None, "")
     assert "params" not in {key for key, _, _ in lrs_columns(base)}  # runs without counts: no column
+
+
+def test_a_mistyped_preset_is_one_line_naming_the_valid_ones(capsys) -> None:
+    # Hydra's own message is ~45 lines (one option a line, then its config search path)
+    assert match_params.main(["norm=pre_ln_mhcc", "--baseline", "norm=pre_ln"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Config search path" not in err
+    assert err.startswith("match_params: error: In 'config': Could not find 'norm/pre_ln_mhcc'; Available options in 'norm': ")
+    assert ", pre_ln_mhc, " in err and ", pre_rms_zc, " in err

@@ -34,6 +34,20 @@ def presets(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+def hydra_error_line(error: Exception) -> str:
+    """Hydra's or OmegaConf's multi-line error as one line: its message, a list of options joined by commas, and
+    without the config search path and the hints (``HYDRA_FULL_ERROR``, ``full_key:``, ``object_type=``)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if "Config search path:" in lines:
+        lines = lines[: lines.index("Config search path:")]
+    lines = [line for line in lines if not line.startswith(("full_key:", "object_type=", "Set the environment variable"))]
+    head, options = [], []
+    for line in lines:  # "Available options in 'norm':" then one option a line
+        (options if head and head[-1].startswith("Available options") and not line.endswith(":") else head).append(line)
+    text = "; ".join(line.rstrip(".") for line in head)
+    return f"{text} {', '.join(options)}" if options else text
+
+
 def norm_kind_as_preset(args: list[str]) -> str | None:
     """The error for ``norm=<kind>`` (a norm kind given where a preset is expected), else None."""
     for arg in args:
