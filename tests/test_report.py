@@ -27,7 +27,7 @@ PANEL_TITLES = ["Training loss", "Validation loss", "Validation PER", "Residual 
 PNGS = ["loss.png", "val_loss.png", "val_per.png", "rms_vs_depth.png", "grad_vs_depth.png"]
 VARIANT_A = "norm.placement=pre norm.kind=layernorm optim.lr=0.002"
 VARIANT_B = "norm.placement=post norm.kind=rmsnorm optim.lr=0.002"
-VARIANT_LR = "norm.placement=pre norm.kind=layernorm optim.lr=1.0"
+VARIANT_LR = "norm.placement=pre norm.kind=layernorm optim.lr=1"  # config.yaml lr 1.0: labelled as its int
 
 
 def config(placement: str, kind: str, seed: int, lr: float = 2e-3, **extra: object) -> dict:
