@@ -26,10 +26,9 @@ HC_COLUMNS = ("variant", "stack", "stat", "runs", "last_step", "last_mean", "las
 
 
 def _gain_series(variant: Variant, stack: str, stat: str) -> list[list[tuple[int, float | None]]]:
-    """Each of ``variant``'s averaged runs' ``hc/{stack}/{stat}`` series (step, value or None) that has a finite value."""
+    """Each of ``variant``'s averaged runs' ``hc/{stack}/{stat}`` series: (step, value, None where not finite)."""
     name = hc_gain(stack, stat).name
-    series = [r.series.get(name, []) for r in averaged_runs(variant.runs)]
-    return [s for s in series if any(v is not None for _, v in s)]
+    return [r.series.get(name, []) for r in averaged_runs(variant.runs)]
 
 
 def hc_gain_panels(variants: list[Variant]) -> list[Panel]:
@@ -39,7 +38,7 @@ def hc_gain_panels(variants: list[Variant]) -> list[Panel]:
         lines = []
         for k, stack in enumerate(STACKS):
             for stat in HC_STATS:
-                if curves := _gain_series(variant, stack, stat):
+                if curves := [c for c in _gain_series(variant, stack, stat) if any(v is not None for _, v in c)]:
                     steps, mean, _, _, n = curves_band(curves)
                     lines.append(Line(f"{stack} {stat}", variant.label, "series", steps, mean, shade=k / (len(STACKS) - 1),
                                       dash="solid" if stat == "fwd_gain" else "dash",
@@ -54,11 +53,9 @@ def hc_gain_rows(variants: list[Variant]) -> list[tuple]:
     """The rows of ``hc_gains.csv`` (columns ``HC_COLUMNS``; module docstring), variants in order, then stack, stat."""
     rows = []
     for variant in variants:
-        runs = averaged_runs(variant.runs)
         for stack in STACKS:
             for stat in HC_STATS:
-                name = hc_gain(stack, stat).name
-                series = [r.series.get(name, []) for r in runs]
+                series = _gain_series(variant, stack, stat)
                 finite = [[(s, v) for s, v in run if v is not None] for run in series]
                 finite = [f for f in finite if f]
                 if not finite:

@@ -51,8 +51,7 @@ from data.batching import Seq2SeqData, batch_shape, make_batches, train_stream
 from data.tokenizer import PAD_ID
 from model.batch_reading import BatchReadingNorm
 from model.transformer import EncoderDecoder
-from runlog.renames import renamed_override
-from training.cli import CONF, hydra_error_line, norm_kind_as_preset
+from training.cli import CONF, hydra_error_line, override_error
 from training.flops import PEAK_BF16_FLOPS, counted_train_flops, train_flops
 from training.schema import RunConfig, validate
 
@@ -115,7 +114,7 @@ def job_configs(overrides: list[str]) -> list[tuple[list[str], RunConfig]]:
     Raises:
         ValueError: a renamed key, ``norm=<kind>``, or a bad override, key or value (one line).
     """
-    if error := renamed_override(overrides) or norm_kind_as_preset(overrides):
+    if error := override_error(overrides):
         raise ValueError(error)
     parser = OverridesParser.create()
     try:

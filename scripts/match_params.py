@@ -35,8 +35,7 @@ from hydra.errors import HydraException
 
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
-from runlog.renames import renamed_override
-from training.cli import CONF, hydra_error_line, norm_kind_as_preset
+from training.cli import CONF, hydra_error_line, override_error
 from training.run import sized_model_config
 from training.schema import validate
 from training.tasks import build_task
@@ -88,7 +87,7 @@ def model_config(overrides: Sequence[str]) -> ModelConfig:
             (``training.schema.validate``), bad data keys or missing data.
         hydra.errors.HydraException: an override Hydra cannot apply (an unknown key or preset).
     """
-    if error := renamed_override(list(overrides)) or norm_kind_as_preset(list(overrides)):
+    if error := override_error(list(overrides)):
         raise ValueError(error)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = validate(compose("config", overrides=list(overrides)))

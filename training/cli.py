@@ -73,10 +73,17 @@ def sweep_preset_warning(args: list[str]) -> str | None:
     return None
 
 
+def override_error(args: list[str]) -> str | None:
+    """What is wrong with ``args`` before Hydra reads them: a renamed key (``runlog.renames``) or ``norm=<a kind>``
+    (:func:`norm_kind_as_preset`), in one line; None when neither. train.py and the scripts that compose its
+    configs (``match_params``, ``estimate_time``) refuse the same overrides."""
+    return renamed_override(args) or norm_kind_as_preset(args)
+
+
 def check_args(args: list[str]) -> None:
     """Exit with one line for a renamed key or ``norm=<kind>``; print a warning for a sweep preset
     without ``-m`` (module docstring). Run before Hydra reads ``args``."""
-    if error := renamed_override(args) or norm_kind_as_preset(args):
+    if error := override_error(args):
         sys.exit(f"normlab: error: {error}")
     if warning := sweep_preset_warning(args):
         print(f"normlab: warning: {warning}", file=sys.stderr)
