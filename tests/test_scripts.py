@@ -24,6 +24,7 @@ SCRIPTS = (
     "report_batch_vs_layer",
     "match_params",
     "estimate_time",
+    "seeds_needed",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 

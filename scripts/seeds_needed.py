@@ -1,0 +1,64 @@
+"""How many seeds a paired LRS comparison needs, from a pilot study's per-seed LRS (``analysis.power``).
+
+    python -m scripts.seeds_needed docs/results/lr_sensitivity/lrs_seeds.csv --family post_ln --baseline pre_ln
+
+reads an ``lrs_seeds.csv`` (``scripts.report_lrs``), pairs the two families' LRS by seed (a family by its label or
+by the norm preset it used, ``analysis.presets.preset_of``), and prints the per-seed differences, their mean and sd,
+the sd's one-sided upper confidence limit (``--level``, default 0.8) and the pairs needed for ``--power`` (default
+0.8) of the two-sided paired t test at ``--alpha`` (default 0.05) with the sd as estimated and at its upper limit.
+For finding (a) (seeds 0-2): differences 0.366, 0.079, 0.421; sd 0.183, upper limit 0.388; n 6 and 17 (the
+preset ``lr_sensitivity_seeds`` runs 17). Exit status 2 with one line on a missing file or family.
+"""
+
+import sys
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
+import argparse
+import csv
+from pathlib import Path
+
+from analysis.power import plan
+from analysis.presets import preset_of
+
+
+def seed_lrs(rows: list[dict[str, str]], name: str) -> dict[str, float]:
+    """``{seed: LRS}`` of the family labelled ``name``, or of the one family that used the preset ``name``; seeds
+    without an LRS left out. Raises ValueError naming the families when none (or several) fit."""
+    labels = sorted({r["family"] for r in rows})
+    chosen = [label for label in labels if label == name] or [label for label in labels if preset_of(label) == name]
+    if len(chosen) != 1:
+        raise ValueError(f"family {name!r}: {'several' if chosen else 'no'} family fits; the families: {labels}")
+    return {r["seed"]: float(r["lrs"]) for r in rows if r["family"] == chosen[0] and r["lrs"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="seeds_needed", description="seeds for a paired LRS comparison (analysis.power)")
+    parser.add_argument("seeds_csv", type=Path, metavar="SEEDS_CSV", help="an lrs_seeds.csv (scripts.report_lrs)")
+    parser.add_argument("--family", required=True, help="the family compared (label or norm preset)")
+    parser.add_argument("--baseline", required=True, help="the family it is compared with (label or norm preset)")
+    parser.add_argument("--power", type=float, default=0.8)
+    parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--level", type=float, default=0.8, help="of the sd's one-sided upper confidence limit")
+    args = parser.parse_args(argv)
+    try:
+        with args.seeds_csv.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        family, baseline = seed_lrs(rows, args.family), seed_lrs(rows, args.baseline)
+        seeds = sorted(set(family) & set(baseline), key=int)
+        diffs = [family[s] - baseline[s] for s in seeds]
+        p = plan(diffs, args.power, args.alpha, args.level)
+    except (OSError, ValueError) as e:
+        print(f"seeds_needed: error: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.family} - {args.baseline}, per seed: " + ", ".join(f"{s}: {d:.3f}" for s, d in zip(seeds, diffs, strict=True)))
+    print(f"mean {p['mean']:.3f}, sd {p['sd']:.3f} ({len(diffs) - 1} dof); sd at its one-sided {args.level:.0%} upper "
+          f"limit {p['sd_upper']:.3f} (Browne 1995)")  # fmt: skip
+    print(f"pairs for {args.power:.0%} power (two-sided paired t, alpha {args.alpha:g}) at the mean difference: "
+          f"{p['n_point']} with the sd as estimated, {p['n_upper']} at its upper limit")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
