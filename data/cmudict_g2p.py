@@ -29,6 +29,22 @@ def split_of(word: str) -> str:
     return "train" if bucket < 90 else "valid" if bucket < 95 else "test"
 
 
+def train_subset(words: list[str], fraction: float, seed: int) -> list[int]:
+    """The rows of a split whose word is among ``fraction`` of its distinct words (all pronunciations of a chosen word
+    kept together), in their order. Words are ranked by the MD5 digest of ``"<seed>:<word>"`` and the first
+    ``max(1, round(fraction * distinct words))`` chosen, so a smaller fraction's words are a subset of a larger
+    one's under one seed, and the choice never changes with the package version or the process' hash seed.
+
+    Raises:
+        ValueError: ``fraction`` outside (0, 1].
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"train fraction {fraction}: a fraction of the training words in (0, 1]")
+    distinct = sorted(set(words), key=lambda w: hashlib.md5(f"{seed}:{w}".encode()).digest())
+    chosen = set(distinct[: max(1, round(fraction * len(distinct)))])
+    return [i for i, w in enumerate(words) if w in chosen]
+
+
 def load_cmudict(keep_stress: bool = False) -> "DatasetDict":
     """Load CMUdict into a ``DatasetDict`` with splits train/valid/test.
 

@@ -11,12 +11,24 @@ SOURCES = ("hub", "local")
 class CmudictDataConfig:
     """The ``data`` keys of CMUdict (``conf/data/cmudict.yaml``): ``task`` (``g2p``), ``keep_stress``
     keeps ARPAbet stress digits, ``cache_dir`` holds the parsed and encoded splits (``data/cache.py``;
-    null: parse and encode in every process)."""
+    null: parse and encode in every process). ``train_fraction`` in (0, 1] trains on that fraction of the
+    training words (every pronunciation of a chosen word), chosen by ``subset_seed`` (null: the run's ``seed``);
+    the vocabularies, validation and test are those of the whole split (``training/tasks/g2p.py``).
+
+    Raises:
+        ValueError: ``train_fraction`` outside (0, 1].
+    """
 
     name: str
     task: str
     keep_stress: bool
     cache_dir: str | None = "~/.cache/normlab/cmudict"
+    train_fraction: float = 1.0
+    subset_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.train_fraction <= 1:
+            raise ValueError(f"data.train_fraction={self.train_fraction}: a fraction of the training words in (0, 1]")
 
 
 @dataclass(frozen=True)

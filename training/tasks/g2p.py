@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from data.batching import Seq2SeqData
 from data.cache import cached, fingerprint, source_text
-from data.cmudict_g2p import load_cmudict
+from data.cmudict_g2p import load_cmudict, train_subset
 from data.metrics import per_wer
 from data.tokenizer import PAD_ID, build_vocab, encode_all
 from model.transformer import EncoderDecoder
@@ -74,7 +74,9 @@ class G2PTask(Task):
         restored = restored_vocabularies(self.name, resume)
         vocab_json = (restored[0].to_str(), restored[1].to_str()) if restored else None
         built = _g2p_data(cfg.data.keep_stress, vocab_json, cfg.data.cache_dir)
-        self.src_vocab, self.tgt_vocab, self.data, self.eval_sets = built
+        self.src_vocab, self.tgt_vocab, self.data, self.eval_sets, train_words = built
+        if cfg.data.train_fraction < 1:
+            self.data = {**self.data, "train": _subset(self.data["train"], train_words, cfg, run_dir is not None)}
         self._save_vocabularies()
 
     def evaluate(self, model: EncoderDecoder, split: str, max_examples: int | None, device: torch.device) -> dict[str, float]:
@@ -83,18 +85,34 @@ class G2PTask(Task):
                             self.max_tokens, device)  # fmt: skip
 
 
+def _subset(train: Seq2SeqData, words: list[str], cfg: RunConfig, say: bool) -> Seq2SeqData:
+    """``data.train_fraction`` of the training words (``data.cmudict_g2p.train_subset``), seeded by
+    ``data.subset_seed`` or else the run's seed; ``say``: print how much is kept."""
+    seed = cfg.seed if cfg.data.subset_seed is None else cfg.data.subset_seed
+    rows = train_subset(words, cfg.data.train_fraction, seed)
+    subset = Seq2SeqData([train.src[i] for i in rows], [train.tgt[i] for i in rows])
+    if say:
+        kept, tokens = len({words[i] for i in rows}), sum(len(t) for t in subset.tgt)
+        print(f"normlab: data.train_fraction={cfg.data.train_fraction:g}: {kept:,} of {len(set(words)):,} training words "
+              f"({len(rows):,} pronunciations, {tokens:,} target tokens; subset seed {seed})")  # fmt: skip
+    return subset
+
+
 VocabJson = tuple[str, str] | None  # (src, tgt) tokenizer JSON of a resumed run's vocabularies
 
 
 @functools.cache
-def _g2p_data(keep_stress: bool, vocab_json: VocabJson, cache_dir: str | None) -> tuple[Tokenizer, Tokenizer, dict, dict]:
-    """(src_vocab, tgt_vocab, token ids per split, valid/test eval sets) of CMUdict, built from the training split
+def _g2p_data(
+    keep_stress: bool, vocab_json: VocabJson, cache_dir: str | None
+) -> tuple[Tokenizer, Tokenizer, dict, dict, list[str]]:
+    """(src_vocab, tgt_vocab, token ids per split, valid/test eval sets, the training rows' words) of CMUdict, built
+    from the training split
     (``vocab_json`` None) or with the given tokenizer JSONs (on resume). Cached on disk under ``cache_dir``
     (``data/cache.py``: a new process skips the ~5 s of parsing and encoding) and per process (the jobs of a
     sweep that share one process); the returned objects are only read, never changed."""
     path = _cache_path(keep_stress, vocab_json, cache_dir)
-    vocabs, data_ids, eval_sets = cached(path, lambda: _build_g2p_data(keep_stress, vocab_json))
-    return Tokenizer.from_str(vocabs[0]), Tokenizer.from_str(vocabs[1]), data_ids, eval_sets
+    vocabs, data_ids, eval_sets, train_words = cached(path, lambda: _build_g2p_data(keep_stress, vocab_json))
+    return Tokenizer.from_str(vocabs[0]), Tokenizer.from_str(vocabs[1]), data_ids, eval_sets, train_words
 
 
 def _cache_path(keep_stress: bool, vocab_json: VocabJson, cache_dir: str | None) -> Path | None:
@@ -109,7 +127,7 @@ def _cache_path(keep_stress: bool, vocab_json: VocabJson, cache_dir: str | None)
     return Path(cache_dir).expanduser() / f"{key}.pkl"
 
 
-def _build_g2p_data(keep_stress: bool, vocab_json: VocabJson) -> tuple[tuple[str, str], dict, dict]:
+def _build_g2p_data(keep_stress: bool, vocab_json: VocabJson) -> tuple[tuple[str, str], dict, dict, list[str]]:
     """What ``_g2p_data`` returns, the vocabularies as tokenizer JSON (picklable)."""
     # Whole columns as lists: iterating a datasets Column row by row costs ~1 s per split column.
     splits = {name: split.to_dict() for name, split in load_cmudict(keep_stress=keep_stress).items()}
@@ -121,7 +139,7 @@ def _build_g2p_data(keep_stress: bool, vocab_json: VocabJson) -> tuple[tuple[str
     data_ids = {name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
                 for name, split in splits.items()}  # fmt: skip
     eval_sets = {s: G2PEvalSet.build(splits[s]["word"], splits[s]["phonemes"], data_ids[s].src) for s in ("valid", "test")}
-    return (src_vocab.to_str(), tgt_vocab.to_str()), data_ids, eval_sets
+    return (src_vocab.to_str(), tgt_vocab.to_str()), data_ids, eval_sets, splits["train"]["word"]
 
 
 TASK = G2PTask
