@@ -24,6 +24,7 @@ from model.transformer import EncoderDecoder
 from runlog.status import write_status
 from telemetry.recorder import Telemetry
 from training import distributed
+from training.best import BEST, BestCheckpoint
 from training.checkpoint import LATEST, resolve_resume, rng_state, save_checkpoint, set_rng_state
 from training.evaluate import evaluate_loss
 from training.flops import peak_flops
@@ -62,6 +63,7 @@ class Run:
     counters: dict[str, float] = field(default_factory=lambda: {"wall_s": 0.0, "tgt_tokens": 0})  # over resumes
     spikes: RunSpikes = field(default_factory=RunSpikes)  # spike scores of every step so far, over resumes
     last_good: str = "none written yet"  # the checkpoint a diverged run can go back to
+    best: BestCheckpoint | None = None  # trainer.test_checkpoint=best: the best validation so far (training/best.py)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -97,6 +99,9 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     device = distributed.local_device(resolve_device(tc.device))
     world = distributed.world_size()
     ckpt, resumed_from = resolve_resume(cfg.train.resume, run_dir) or (None, None)
+    if ckpt and "optimizer" not in ckpt:
+        raise ValueError(f"train.resume: {resumed_from} holds weights only ({BEST}: for testing and predict.py); "
+                         "resume from a checkpoint.pt")  # fmt: skip
     if ckpt and ckpt["step"] > tc.max_steps:
         raise ValueError(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={tc.max_steps}; "
                          "raise trainer.max_steps to train on, or start afresh with train.resume=null")  # fmt: skip
@@ -104,6 +109,8 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
         OmegaConf.save(cfg.resolved, run_dir / "config.yaml")
         write_status(run_dir, state="running", max_steps=tc.max_steps, error=None)
         (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
+        if not ckpt:
+            (run_dir / BEST).unlink(missing_ok=True)  # an earlier run's, started afresh
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
@@ -134,6 +141,9 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
             state["spikes"].load_state_dict(ckpt["spikes"])
         if "telemetry" in ckpt:  # absent from checkpoints written before it: the power iterations then start afresh
             telemetry.load_state_dict(ckpt["telemetry"])
+    if tc.test_checkpoint == "best":
+        state["best"] = BestCheckpoint(task.spec.metric(task.spec.headline))
+        state["best"].load_state(ckpt.get("best") if ckpt else None)
     step = state.get("step", 0)
     sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule, tc.max_steps, start_step=step)
     if cfg.schedule.warmup_steps >= tc.max_steps:
@@ -202,7 +212,10 @@ def validate_run(run: Run) -> str:
     val.update({f"val/{k}": v for k, v in scores.items()})
     run.logger.log(run.step, val)
     batch_stats = f" ({val['val/loss_batch_stats']:.3f} with batch statistics)" if "val/loss_batch_stats" in val else ""
-    return f"val loss {val['val/loss']:.3f}{batch_stats}, {run.task.describe(scores)}"
+    weights = {"config": run.cfg.resolved, "model_config": run.mcfg.to_dict(), "model": run.model.state_dict(),
+               **run.task.checkpoint_state()}  # fmt: skip
+    best = f"; the best so far ({BEST})" if run.best and run.best.consider(run.run_dir, run.step, scores, weights) else ""
+    return f"val loss {val['val/loss']:.3f}{batch_stats}, {run.task.describe(scores)}{best}"
 
 
 def log_init_loss(run: Run) -> None:
@@ -223,6 +236,7 @@ def save_run(run: Run) -> None:
         "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
         "data_position": run.data_position, "rng": rngs, "counters": run.counters, "spikes": run.spikes.state_dict(),
         "telemetry": run.telemetry.state_dict(), **run.task.checkpoint_state(),
+        "best": run.best.record() if run.best else None,
     })  # fmt: skip
     wall, tokens = run.counters["wall_s"], run.counters["tgt_tokens"]
     write_status(run.run_dir, step=run.step, wall_s=wall, tokens_per_s=tokens / max(wall, 1e-9), **run.spikes.status())
@@ -231,9 +245,15 @@ def save_run(run: Run) -> None:
 
 def final_test(run: Run) -> dict[str, float]:
     """The final test metrics (rank 0 decodes; other ranks return ``{}``), logged and written to
-    ``status.json`` with state ``finished``."""
+    ``status.json`` with state ``finished``; with ``trainer.test_checkpoint=best`` of the best validation
+    checkpoint's weights (``best.pt``), which stay in the model."""
     if not run.is_main:
         return {}
+    if run.best:  # trainer.test_checkpoint=best; the last step's weights stay in checkpoint.pt
+        run.model.load_state_dict(run.best.weights(run.run_dir))
+        print(f"normlab: testing the best validation checkpoint: step {run.best.step}, "
+              f"{run.best.metric.text(run.best.value)} ({run.run_dir / BEST})")  # fmt: skip
+        write_status(run.run_dir, best=run.best.record())
     scores = run.task.evaluate(run.model, "test", run.cfg.trainer.test_max_examples, run.device)
     test = {f"test/{k}": v for k, v in scores.items()}
     run.logger.log(run.step, test)

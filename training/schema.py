@@ -40,6 +40,7 @@ from runlog.tasks import task_spec
 from telemetry.config import TelemetryConfig
 
 DEVICES = ("auto", "cpu", "cuda")
+TEST_CHECKPOINTS = ("last", "best")  # training/best.py
 DECAYS = ("linear", "cosine", "constant", "inverse_sqrt")  # training.optim.build_scheduler
 INVERSE_SQRT_NEEDS_WARMUP = (
     "schedule.decay=inverse_sqrt needs schedule.warmup_steps >= 1, got 0 (it decays as lr * sqrt(warmup_steps / step)); "
@@ -81,6 +82,7 @@ class TrainerConfig:
     eval_max_examples: int | None
     test_max_examples: int | None
     peak_tflops: float | None
+    test_checkpoint: str = "last"
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -96,6 +98,8 @@ class TrainerConfig:
         _require(0 <= self.label_smoothing < 1, "trainer.label_smoothing", self.label_smoothing, "it must be in [0, 1)")
         _require(self.peak_tflops is None or self.peak_tflops > 0, "trainer.peak_tflops", self.peak_tflops,
                  "it must be null or > 0")  # fmt: skip
+        _require(self.test_checkpoint in TEST_CHECKPOINTS, "trainer.test_checkpoint", self.test_checkpoint,
+                 f"valid: {', '.join(TEST_CHECKPOINTS)}")  # fmt: skip
 
 
 @dataclass(frozen=True)
