@@ -124,6 +124,13 @@ def test_the_sweep_table_in_the_docs_and_its_total_in_the_preset_are_what_the_to
     assert stated_times(PRESET.read_text())[2] == total
 
 
+def test_the_g2p_gpu_presets_header_states_what_the_tool_prints():
+    printed = est.table(est.estimate(["+experiment=g2p_wu2021"]), est.DEFAULT_GPU, est.DEFAULT_MFU)
+    per_run = re.search(r"all 1 run: ([\d.]+ \w+) on one H200", printed)[1]
+    header = (ROOT / "conf" / "experiment" / "g2p_wu2021.yaml").read_text()
+    assert "MFU 0.15 (assumed" in header and f"): {per_run} per run" in header
+
+
 @pytest.mark.parametrize("hc", ["dynamic", "mhc"])
 def test_hyper_connections_count_on_the_meta_device_as_on_the_cpu(hc):
     # mHC's float32 region is torch.autocast, which the meta device does not have: it raised ("unsupported scalarType")
