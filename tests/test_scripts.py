@@ -25,6 +25,7 @@ SCRIPTS = (
     "match_params",
     "estimate_time",
     "seeds_needed",
+    "report_regime",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 

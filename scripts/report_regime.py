@@ -1,0 +1,80 @@
+"""DyT's data regime from a sweep of ``+experiment=dyt_data_regime`` (the numbers: :mod:`analysis.regime`).
+
+    python -m scripts.report_regime SWEEP_DIR... [--out DIR] [--baseline pre_ln] [--step 100]
+
+reads every run under the sweep dirs and writes, with the ``csv`` module, into ``--out`` (default: the first sweep
+dir; made when missing; empty field: no value; floats at full precision):
+
+- ``regime_runs.csv``: one row per run: ``preset, train_fraction, seed, state, final_val_loss`` (a finished run's
+  last val/loss), ``saturation`` (the mean of its ``act/.../saturation`` at ``--step``; empty for unbounded norms);
+- ``regime.csv``: one row per preset and fraction: ``preset, train_fraction, runs, n`` (finished), ``val_loss_mean,
+  saturation_mean``, and against ``--baseline`` at the same fraction ``diff_mean, diff_ci95_lo, diff_ci95_hi, pairs,
+  significant`` (paired t test over the seeds both finished) and ``rel_diff_pct`` (100 x (mean − baseline mean) /
+  baseline mean over those seeds); empty in the baseline's rows.
+
+Prints the regime table. Exit status 2 with one line when no run is found or the baseline is not in the study.
+"""
+
+import sys
+
+if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
+    import _as_module  # noqa: F401
+
+import argparse
+import statistics
+from pathlib import Path
+
+from analysis.csvs import write_csv
+from analysis.load import ReportError, load_runs
+from analysis.regime import Regime, cells, regimes
+
+RUN_FIELDS = ("preset", "train_fraction", "seed", "state", "final_val_loss", "saturation")
+REGIME_FIELDS = ("preset", "train_fraction", "runs", "n", "val_loss_mean", "saturation_mean", "diff_mean", "diff_ci95_lo",
+                 "diff_ci95_hi", "pairs", "significant", "rel_diff_pct")  # fmt: skip
+
+
+def _mean(values: dict) -> float | None:
+    return statistics.fmean(values.values()) if values else None
+
+
+def _shown(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def regime_row(r: Regime) -> list[object]:
+    d = r.diff
+    ci = d.ci95 if d is not None and d.ci95 else (None, None)
+    paired = [d.mean, *ci, d.n, d.significant] if d is not None else [None] * 5
+    return [r.preset, r.fraction, r.runs, len(r.val_loss), _mean(r.val_loss), _mean(r.saturation), *paired, r.rel_diff_pct]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="report_regime", description="DyT's data regime: val loss and saturation by fraction")
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="SWEEP_DIR")
+    parser.add_argument("--out", type=Path, default=None, help="folder of the CSVs (default: the first SWEEP_DIR)")
+    parser.add_argument("--baseline", default="pre_ln", help="the norm preset compared against (default pre_ln)")
+    parser.add_argument("--step", type=int, default=100, help="the telemetry step of the saturation (default 100)")
+    args = parser.parse_args(argv)
+    try:
+        found = cells(load_runs(args.dirs), args.step)
+        rows = regimes(found, args.baseline)
+    except (ReportError, ValueError) as e:
+        print(f"report_regime: error: {e}", file=sys.stderr)
+        return 2
+    out = args.out or args.dirs[0]
+    out.mkdir(parents=True, exist_ok=True)
+    found.sort(key=lambda c: (c.fraction, c.preset, str(c.seed)))
+    write_csv(out / "regime_runs.csv", RUN_FIELDS,
+              [[c.preset, c.fraction, c.seed, c.state, c.val_loss, c.saturation] for c in found])  # fmt: skip
+    write_csv(out / "regime.csv", REGIME_FIELDS, [regime_row(r) for r in rows])
+    for r in rows:
+        vs = "" if r.diff is None else f"  vs {args.baseline}: {r.diff.mean:+.3f} ({r.rel_diff_pct:+.1f} %)" if r.diff.n else ""
+        sat, loss = (_shown(_mean(values)) for values in (r.saturation, r.val_loss))
+        print(f"fraction {r.fraction:g}  {r.preset:<10} n {len(r.val_loss)}/{r.runs}  val loss {loss}  "
+              f"saturation@{args.step} {sat}{vs}")  # fmt: skip
+    print(f"report_regime: {out / 'regime_runs.csv'}, {out / 'regime.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
