@@ -2,7 +2,7 @@
 validation score on the task's headline metric (G2P: PER, lower is better; translation: BLEU, higher) beats every
 earlier one are written to ``best.pt`` in the run dir, and the final test scores them instead of the last step's.
 Selecting the checkpoint on the development set is the usual protocol of character-transduction Transformers
-(Wu et al. 2021, "Applying the Transformer to Character-level Transduction", §4).
+(Wu et al. 2021, "Applying the Transformer to Character-level Transduction": their scripts' ``--bestacc``).
 
 ``best.pt`` is a weights-only checkpoint (``training.checkpoint.FORMAT``: config, model config, weights, step,
 vocabularies and task, plus ``best``: ``{"metric": "val/per", "value": ...}``), so ``scripts/predict.py`` reads it;

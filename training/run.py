@@ -212,10 +212,14 @@ def validate_run(run: Run) -> str:
     val.update({f"val/{k}": v for k, v in scores.items()})
     run.logger.log(run.step, val)
     batch_stats = f" ({val['val/loss_batch_stats']:.3f} with batch statistics)" if "val/loss_batch_stats" in val else ""
-    weights = {"config": run.cfg.resolved, "model_config": run.mcfg.to_dict(), "model": run.model.state_dict(),
-               **run.task.checkpoint_state()}  # fmt: skip
-    best = f"; the best so far ({BEST})" if run.best and run.best.consider(run.run_dir, run.step, scores, weights) else ""
+    best = f"; the best so far ({BEST})" if run.best and run.best.consider(run.run_dir, run.step, scores, weights(run)) else ""
     return f"val loss {val['val/loss']:.3f}{batch_stats}, {run.task.describe(scores)}{best}"
+
+
+def weights(run: Run) -> dict[str, Any]:
+    """What a weights-only checkpoint (``best.pt``) holds besides its step: config, model config, weights, task."""
+    return {"config": run.cfg.resolved, "model_config": run.mcfg.to_dict(), "model": run.model.state_dict(),
+            **run.task.checkpoint_state()}  # fmt: skip
 
 
 def log_init_loss(run: Run) -> None:
