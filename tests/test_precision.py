@@ -21,7 +21,7 @@ from scripts.bench import norm_preset
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from tests.conftest import ROOT, make_cfg
-from tests.test_resume import EXACT, losses, stop_by_sigterm
+from tests.test_resume import EXACT, losses, rows, stop_by_sigterm
 from training.checkpoint import load_checkpoint
 from training.optim import build_optimizer, build_scheduler
 from training.precision import AUTO, autocast, resolve_precision
@@ -74,6 +74,8 @@ def test_the_default_on_the_cpu_is_fp32_and_bf16_trains_close_to_it_with_float32
     for step in a:
         assert b[step][0] == pytest.approx(a[step][0], rel=U) and b[step][1] == a[step][1]  # lr: same schedule
     assert any(b[step][0] != a[step][0] for step in a)
+    # Validation runs without autocast: the loss at initialization, before any bf16 step, is fp32's to the bit.
+    assert rows(bf16_dir)[0] == rows(fp32_dir)[0] and "val/loss" in rows(bf16_dir)[0]
 
 
 def test_a_bf16_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_bf16_run(runs, tmp_path, monkeypatch):
