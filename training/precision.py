@@ -12,10 +12,14 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-# ``auto`` per device type: bf16 on CUDA (Tensor Cores; what normlab's GPU runs always used). On the CPU fp32, from
-# ``python -m scripts.bench precision`` (docs/benchmarks.md#bf16-vs-fp32-on-the-cpu-measured): with AMX-bf16 a step of
-# the default model takes ~0.7x the fp32 time, but its loss after 200 steps of G2P is worse than fp32's by more than
-# seeds differ, so the default keeps the numbers every committed CPU result was measured in.
+# ``auto`` per device type: bf16 on CUDA (Tensor Cores; what normlab's GPU runs always used). fp32 on the CPU, from
+# ``python -m scripts.bench precision`` (docs/benchmarks.md#bf16-vs-fp32-on-the-cpu-measured; one thread of an AMD EPYC
+# with AVX512-BF16): bf16 / fp32 step time 0.70 for the default model and 0.52 for model=base, with a loss gap after
+# 200 steps of G2P (val loss -0.002) well inside the seed spread (0.022); but 1.35 for model=tiny (the tests' and smoke
+# runs': its d=32 matmuls gain nothing, and CPU SDPA's flash kernel at head dim 16 is slower in bf16, its backward
+# 2.2x in torch.profiler), and 1.56 / 7.6 for the default model where the CPU lacks bf16
+# instructions (oneDNN held to AVX512_CORE / AVX2). bf16 is opt-in on the CPU, so that a run's numerics and speed do
+# not turn on which CPU it landed on, and the committed CPU results (all fp32) stay reproducible.
 AUTO = {"cuda": "bf16", "cpu": "fp32"}
 
 
