@@ -55,7 +55,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, set,
 
 def test_the_default_on_the_cpu_is_fp32_and_bf16_trains_close_to_it_with_float32_weights(runs):
     (fp32_dir, fp32_dtypes, fp32_out), (bf16_dir, bf16_dtypes, bf16_out) = runs["auto"], runs["bf16"]
-    # auto on the CPU is fp32 (training.precision.AUTO: the bench's loss gap), said in status.json and the log line.
+    # auto on the CPU is fp32 (training.precision.AUTO says why), said in status.json and the log line.
     assert OmegaConf.load(fp32_dir / "config.yaml").trainer.precision == "auto"
     assert read_status(fp32_dir)["precision"] == "fp32" and ", fp32, run dir" in fp32_out
     assert fp32_dtypes == {(torch.float32, torch.float32)}
