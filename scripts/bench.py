@@ -47,7 +47,7 @@ from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast
-from training.schema import ScheduleConfig
+from training.schema import PRECISIONS, ScheduleConfig
 from training.step import StepOptions, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,27 +319,25 @@ def bench_telemetry(rounds: int, window: int, compile_: bool, dropout: float | N
 MODEL_SIZES = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
 
 
-def bench_precision_steps(sizes: list[str], rounds: int, clock: str) -> list[dict]:
+def bench_precision_steps(sizes: list[str], rounds: int, clock: str) -> None:
     """One training step of each model size in ``sizes`` (conf/model/) on the 400-word batch, in fp32 and in bf16
     autocast (``trainer.precision``) alternating, the same weights; printed with the ratio bf16 / fp32 (median of the
-    per-round ratios, and their quartiles) and returned as ``ratio_row``s."""
+    per-round ratios, and their quartiles: ``ratio_row``)."""
     print(f"\nOne training step (forward, backward, AdamW) on a 400-word batch, CPU, {torch.get_num_threads()} threads, "
           f"{clock} clock, {rounds} alternating rounds; bf16 autocast / fp32 (< 1: bf16 is faster):")  # fmt: skip
     print(f"  {'size':<6} {'d_model':>7} {'layers':>6} {'params':>8} {'fp32 ms':>8} {'bf16 ms':>8} {'bf16/fp32':>9} "
           f"{'q1':>6} {'q3':>6}")  # fmt: skip
-    out = []
     for size in sizes:
         fns = {}
         for precision in ("fp32", "bf16"):
             model, batch = default_model_and_batch(size=size)
             fns[precision] = make_step(model, batch, telemetry=None, precision=precision)
         samples = time_samples(fns, rounds, inner=1, warmup=2, clock=clock)
-        out.append(ratio_row("bf16_over_fp32", samples["bf16"], samples["fp32"], kind_or_preset=size, mode="eager"))
+        row = ratio_row("bf16_over_fp32", samples["bf16"], samples["fp32"])
         cfg, ms = model.cfg, {p: 1000 * statistics.median(t) for p, t in samples.items()}
         print(f"  {size:<6} {cfg.d_model:>7} {f'{cfg.n_enc_layers}+{cfg.n_dec_layers}':>6} "
               f"{model.parameter_counts()['total'] / 1e6:>7.2f}M {ms['fp32']:>8.0f} {ms['bf16']:>8.0f} "
-              f"{out[-1]['ratio']:>9.3f} {out[-1]['ratio_q1']:>6.3f} {out[-1]['ratio_q3']:>6.3f}")  # fmt: skip
-    return out
+              f"{row['ratio']:>9.3f} {row['ratio_q1']:>6.3f} {row['ratio_q3']:>6.3f}")  # fmt: skip
 
 
 def main() -> None:
@@ -369,11 +367,12 @@ def main() -> None:
     model.add_argument("--rounds", type=int, default=10)
     model.add_argument("--rows", type=int, default=256, help="sentences per batch")
     model.add_argument("--length", type=int, default=16, help="src and tgt positions per sentence (padded)")
+    model.add_argument("--precision", choices=PRECISIONS, default="auto", help="as trainer.precision (auto: bf16 on cuda)")
     prec = sub.add_parser("precision", help="bf16 autocast / fp32 step time per model size, and the loss gap of short runs")
     prec.add_argument("--sizes", nargs="+", choices=MODEL_SIZES, default=MODEL_SIZES, help="model presets (conf/model/)")
     prec.add_argument("--rounds", type=int, default=5)
     prec.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: this process's CPU time (see CLOCKS)")
-    prec.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share; AMX is per core)")
+    prec.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share)")
     prec.add_argument("--loss-steps", type=int, default=200, help="steps of each G2P run of the loss gap (0: skip it)")
     prec.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one fp32 and one bf16 run per seed")
     prec.add_argument("--model", choices=MODEL_SIZES, default="small", help="model preset of the G2P runs")
@@ -381,7 +380,7 @@ def main() -> None:
     load_before = os.getloadavg()
     print(f"load average (1, 5, 15 min) before: {load_before}, {os.cpu_count()} CPUs")
     if args.what == "model":
-        bench_model(args.sizes, torch.device(args.device), args.rounds, args.compile, args.rows, args.length)
+        bench_model(args.sizes, torch.device(args.device), args.rounds, args.compile, args.rows, args.length, args.precision)
     if args.what == "precision":
         torch.set_num_threads(args.threads)
         bench_precision_steps(args.sizes, args.rounds, args.clock)
