@@ -9,9 +9,11 @@ steps so far whose training loss / gradient norm spiked: ``training/spikes.py``;
 end), ``error`` (message or null), ``diverged_step`` (a diverged run's step whose training loss
 went non-finite; absent otherwise), ``test`` (final test metrics), ``params`` (written once the model is built:
 ``{"total": N, "hc": M}``, its parameter entries with a tied or shared matrix counted once, and of them the
-hyper-connections', 0 without ``norm.hc``: ``EncoderDecoder.parameter_counts``; absent from runs written before it)
-``best`` (with ``trainer.test_checkpoint=best``: ``{"metric": "val/per", "value": v, "step": n}``, the
-validation whose weights the test scored: ``training/best.py``) and, once the run logs to wandb, ``wandb_id`` (its wandb run id, resumed by every later attempt in the dir).
+hyper-connections', 0 without ``norm.hc``: ``EncoderDecoder.parameter_counts``; absent from runs written before it),
+``precision`` (``fp32`` or ``bf16``, what ``trainer.precision`` resolved to: ``training.precision``; absent from runs
+written before it), ``best`` (with ``trainer.test_checkpoint=best``: ``{"metric": "val/per", "value": v, "step": n}``,
+the validation whose weights the test scored: ``training/best.py``) and, once the run logs to wandb, ``wandb_id`` (its
+wandb run id, resumed by every later attempt in the dir).
 """
 
 import json

@@ -8,6 +8,8 @@
     python -m scripts.bench telemetry             # step-time overhead of telemetry=light|full vs off
     python -m scripts.bench telemetry --compile --dropout 0.1   # the same with compiled layers, + inductor's own RNG
     python -m scripts.bench model                 # a training step, normlab vs torch.nn.Transformer (scripts/bench_model.py)
+    python -m scripts.bench precision             # bf16 autocast / fp32 step time per model size, + 200 steps of G2P each
+    python -m scripts.bench precision --sizes small --seeds 0 --loss-steps 50   # a quicker look
     python -m scripts.bench model --device cuda --compile
 
 Run from the repository root (``python -m`` puts it on the import path).
@@ -26,9 +28,9 @@ import argparse
 import csv
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Hashable
-from contextlib import nullcontext
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -40,10 +42,12 @@ from model.kinds import NATIVE_KINDS
 from model.norms import BatchReadingNorm, build_norm
 from model.transformer import EncoderDecoder
 from scripts.bench_model import SIZES, bench_model
+from scripts.bench_precision import bench_loss_gap
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
-from training.schema import ScheduleConfig
+from training.precision import autocast
+from training.schema import PRECISIONS, ScheduleConfig
 from training.step import StepOptions, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,11 +243,13 @@ def norm_preset(name: str) -> dict:
         return OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm, resolve=True)
 
 
-def default_model_and_batch(norm: dict | None = None, dropout: float | None = None) -> tuple[EncoderDecoder, Batch]:
-    """The default model (conf/model/small.yaml; ``norm`` defaults to the pre_ln preset, ``dropout``
-    to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10 phonemes, the default
+def default_model_and_batch(
+    norm: dict | None = None, dropout: float | None = None, size: str = "small"
+) -> tuple[EncoderDecoder, Batch]:
+    """The default model (conf/model/small.yaml, or ``size``'s preset; ``norm`` defaults to the pre_ln preset,
+    ``dropout`` to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10 phonemes, the default
     4096-token budget."""
-    sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / "small.yaml"))
+    sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{size}.yaml"))
     if dropout is not None:
         sizes["dropout"] = dropout
     norm = norm or norm_preset("pre_ln")
@@ -254,18 +260,22 @@ def default_model_and_batch(norm: dict | None = None, dropout: float | None = No
     return model, Batch(src, tgt[:, :-1], tgt[:, 1:], list(range(B)), B * T)
 
 
-def make_step(model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | None, window: int = 1) -> Callable[[], None]:
-    """``window`` consecutive training steps as train.py runs them (shared ``train_step``),
-    telemetry recording on its due steps and read back to the host there, as when logging."""
+def make_step(
+    model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | None, window: int = 1, precision: str = "fp32"
+) -> Callable[[], None]:
+    """``window`` consecutive training steps as train.py runs them (shared ``train_step``) in ``precision``
+    (``trainer.precision``'s fp32 or bf16, on the CPU), telemetry recording on its due steps and read back to the host
+    there, as when logging."""
     opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
     sched = build_scheduler(opt, 1e-4, ScheduleConfig(0, "constant"), 10**9)
     tele = Telemetry(model, telemetry or TelemetryConfig(every=0))
+    context = autocast(precision, torch.device("cpu"))
 
     def run() -> None:
         for step in range(1, window + 1):
             record = tele.due(step, window)
             train_step(model, [batch], opt, sched, tele, StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0,
-                       autocast=nullcontext(), step_tokens=batch.n_tgt_tokens, record=record))  # fmt: skip
+                       autocast=context, step_tokens=batch.n_tgt_tokens, record=record))  # fmt: skip
             if record:
                 tele.collect()
 
@@ -306,6 +316,30 @@ def bench_telemetry(rounds: int, window: int, compile_: bool, dropout: float | N
         print(f"  {name:<18} {every:<14}  {t / base:6.3f}   ({1000 * t / window:.0f} ms/step)")
 
 
+MODEL_SIZES = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
+
+
+def bench_precision_steps(sizes: list[str], rounds: int, clock: str) -> None:
+    """One training step of each model size in ``sizes`` (conf/model/) on the 400-word batch, in fp32 and in bf16
+    autocast (``trainer.precision``) alternating, the same weights; printed with the ratio bf16 / fp32 (median of the
+    per-round ratios, and their quartiles: ``ratio_row``)."""
+    print(f"\nOne training step (forward, backward, AdamW) on a 400-word batch, CPU, {torch.get_num_threads()} threads, "
+          f"{clock} clock, {rounds} alternating rounds; bf16 autocast / fp32 (< 1: bf16 is faster):")  # fmt: skip
+    print(f"  {'size':<6} {'d_model':>7} {'layers':>6} {'params':>8} {'fp32 ms':>8} {'bf16 ms':>8} {'bf16/fp32':>9} "
+          f"{'q1':>6} {'q3':>6}")  # fmt: skip
+    for size in sizes:
+        fns = {}
+        for precision in ("fp32", "bf16"):
+            model, batch = default_model_and_batch(size=size)
+            fns[precision] = make_step(model, batch, telemetry=None, precision=precision)
+        samples = time_samples(fns, rounds, inner=1, warmup=2, clock=clock)
+        row = ratio_row("bf16_over_fp32", samples["bf16"], samples["fp32"])
+        cfg, ms = model.cfg, {p: 1000 * statistics.median(t) for p, t in samples.items()}
+        print(f"  {size:<6} {cfg.d_model:>7} {f'{cfg.n_enc_layers}+{cfg.n_dec_layers}':>6} "
+              f"{model.parameter_counts()['total'] / 1e6:>7.2f}M {ms['fp32']:>8.0f} {ms['bf16']:>8.0f} "
+              f"{row['ratio']:>9.3f} {row['ratio_q1']:>6.3f} {row['ratio_q3']:>6.3f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -333,11 +367,26 @@ def main() -> None:
     model.add_argument("--rounds", type=int, default=10)
     model.add_argument("--rows", type=int, default=256, help="sentences per batch")
     model.add_argument("--length", type=int, default=16, help="src and tgt positions per sentence (padded)")
+    model.add_argument("--precision", choices=PRECISIONS, default="auto", help="as trainer.precision (auto: bf16 on cuda)")
+    prec = sub.add_parser("precision", help="bf16 autocast / fp32 step time per model size, and the loss gap of short runs")
+    prec.add_argument("--sizes", nargs="+", choices=MODEL_SIZES, default=MODEL_SIZES, help="model presets (conf/model/)")
+    prec.add_argument("--rounds", type=int, default=5)
+    prec.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: this process's CPU time (see CLOCKS)")
+    prec.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share)")
+    prec.add_argument("--loss-steps", type=int, default=200, help="steps of each G2P run of the loss gap (0: skip it)")
+    prec.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one fp32 and one bf16 run per seed")
+    prec.add_argument("--model", choices=MODEL_SIZES, default="small", help="model preset of the G2P runs")
     args = parser.parse_args()
     load_before = os.getloadavg()
     print(f"load average (1, 5, 15 min) before: {load_before}, {os.cpu_count()} CPUs")
     if args.what == "model":
-        bench_model(args.sizes, torch.device(args.device), args.rounds, args.compile, args.rows, args.length)
+        bench_model(args.sizes, torch.device(args.device), args.rounds, args.compile, args.rows, args.length, args.precision)
+    if args.what == "precision":
+        torch.set_num_threads(args.threads)
+        bench_precision_steps(args.sizes, args.rounds, args.clock)
+        if args.loss_steps:
+            with tempfile.TemporaryDirectory() as out:
+                bench_loss_gap(Path(out), args.model, args.loss_steps, args.seeds)
     if args.what == "telemetry":
         bench_telemetry(args.rounds, args.window, args.compile, args.dropout)
     if args.what == "norms":

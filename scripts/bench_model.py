@@ -13,7 +13,6 @@ per round, so a slow moment of a shared machine hits both sides of a ratio alike
 import multiprocessing
 import statistics
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -26,6 +25,7 @@ from model.transformer import Embedding, EncoderDecoder
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
+from training.precision import autocast, resolve_precision
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
@@ -88,15 +88,15 @@ def make_batch(rows: int, src_len: int, tgt_len: int, device: torch.device) -> B
     return batch.to(device)
 
 
-def stepper(model: nn.Module, batch: Batch, device: torch.device):
+def stepper(model: nn.Module, batch: Batch, device: torch.device, precision: str):
     opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
     sched = build_scheduler(opt, 1e-4, ScheduleConfig(0, "constant"), 10**9)
     tele = Telemetry(model, TelemetryConfig(every=0))
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    context = autocast(precision, device)  # precision: fp32 or bf16 (trainer.precision, resolved)
 
     def step() -> None:
         train_step(model, [batch], opt, sched, tele, StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0,
-                   autocast=autocast, step_tokens=batch.n_tgt_tokens))  # fmt: skip
+                   autocast=context, step_tokens=batch.n_tgt_tokens))  # fmt: skip
 
     return step
 
@@ -114,7 +114,9 @@ def rss_bytes(field: str) -> int:
     raise OSError(f"/proc/self/status has no {field}")
 
 
-def peak_memory_mib(variant: str, size: str, batch_shape: tuple[int, int, int], device: str, compile_layers: bool) -> float:
+def peak_memory_mib(
+    variant: str, size: str, batch_shape: tuple[int, int, int], device: str, compile_layers: bool, precision: str
+) -> float:
     """Peak memory of 3 training steps above what the process held before them, in MiB: CUDA
     max allocated, or on CPU the peak resident set (reset through /proc/self/clear_refs) minus
     the resident set before the steps. Run it in a fresh process per variant: freed memory
@@ -122,7 +124,7 @@ def peak_memory_mib(variant: str, size: str, batch_shape: tuple[int, int, int], 
     dev = torch.device(device)
     model = build(variant, size, dev, compile_layers)
     batch = make_batch(*batch_shape, dev)
-    step = stepper(model, batch, dev)
+    step = stepper(model, batch, dev, precision)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
         before = torch.cuda.memory_allocated(dev)
@@ -136,13 +138,16 @@ def peak_memory_mib(variant: str, size: str, batch_shape: tuple[int, int, int], 
     return (peak - before) / 2**20
 
 
-def bench_model(sizes: list[str], device: torch.device, rounds: int, compile_layers: bool, rows: int, length: int) -> None:
+def bench_model(
+    sizes: list[str], device: torch.device, rounds: int, compile_layers: bool, rows: int, length: int, precision: str = "auto"
+) -> None:
     """Print, per size, tokens/s of each model and normlab's speed ratio to the reference
-    (min / median / max over rounds), then peak memory side by side."""
+    (min / median / max over rounds), then peak memory side by side; ``precision`` as ``trainer.precision``."""
     variants = ("torch", "native", "custom")
+    precision = resolve_precision(precision, device)
     for size in sizes:
         batch = make_batch(rows, length, length, device)
-        steps = {v: stepper(build(v, size, device, compile_layers), batch, device) for v in variants}
+        steps = {v: stepper(build(v, size, device, compile_layers), batch, device, precision) for v in variants}
         for step in steps.values():  # warm-up, compilation, allocator caches
             for _ in range(3):
                 step()
@@ -157,10 +162,11 @@ def bench_model(sizes: list[str], device: torch.device, rounds: int, compile_lay
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(1, maxtasksperchild=1) as pool:
             memory = {
-                v: pool.apply(peak_memory_mib, (v, size, (rows, length, length), str(device), compile_layers)) for v in variants
+                v: pool.apply(peak_memory_mib, (v, size, (rows, length, length), str(device), compile_layers, precision))
+                for v in variants
             }
-        precision = "bf16 autocast" if device.type == "cuda" else "fp32"
-        what = f"{device.type}, {precision}{', compiled layers' if compile_layers else ''}"
+        kind = "bf16 autocast" if precision == "bf16" else "fp32"
+        what = f"{device.type}, {kind}{', compiled layers' if compile_layers else ''}"
         print(f"\n{size} ({SIZES[size]}), batch {rows} x {length} src/tgt ({batch.n_tgt_tokens} tgt tokens), {what}, "
               f"{rounds} alternating rounds:")  # fmt: skip
         print(f"  {'model':<28} {'tok/s (median)':>15} {'speed vs torch: min':>20} {'median':>7} {'max':>6} {'peak MiB':>9}")

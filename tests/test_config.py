@@ -99,7 +99,7 @@ def test_setting_a_sweep_jobs_keys_on_a_composed_config_is_what_hydra_composes()
         ("train.resume=3", "train.resume=3 is invalid: expected a string or null"),
         ("+trainer.max_step=5", "trainer.max_step is not a key of trainer; valid keys: device, compile, max_steps, max_tokens, "
          "grad_accum, grad_clip, label_smoothing, log_every, eval_every, checkpoint_every, eval_max_examples, "
-         "test_max_examples, peak_tflops, test_checkpoint"),
+         "test_max_examples, peak_tflops, test_checkpoint, precision"),
         ("+seeds=1", "seeds is not a key of the config; valid keys: seed, model, norm, data, optim, schedule, trainer, logger, "
          "telemetry, decode, train"),
         ("+model.vocab=5", "model.vocab is not a key of model; valid keys: d_model, n_heads, d_ff, n_enc_layers, n_dec_layers, "
@@ -116,6 +116,8 @@ def test_setting_a_sweep_jobs_keys_on_a_composed_config_is_what_hydra_composes()
         ("optim.eps=0", "optim.eps=0 is invalid; it must be a finite number > 0"),
         ("trainer.grad_clip=0", "trainer.grad_clip=0 is invalid; it must be null (no clipping) or a finite number > 0"),
         ("schedule.decay=exp", f"schedule.decay='exp' is invalid; valid: {', '.join(DECAYS)}"),
+        ("trainer.precision=fp16", "trainer.precision='fp16' is invalid; valid: auto, fp32, bf16"),
+        ("trainer.precision=16", "trainer.precision=16 is invalid: expected a string"),
         ("optim.z_loss=-1e-4", "optim.z_loss=-0.0001 is invalid; it must be a finite number >= 0 (0: no z-loss; PaLM uses 1e-4)"),
         ("optim.z_loss=inf", "optim.z_loss=inf is invalid; it must be a finite number >= 0 (0: no z-loss; PaLM uses 1e-4)"),
         ("optim.z_loss=abc", "optim.z_loss='abc' is invalid: expected a number"),
@@ -147,6 +149,7 @@ def test_a_misspelt_key_in_a_preset_file_names_the_valid_keys(tmp_path):
         "optim.z_loss=1e-4",  # PaLM's value
         "logger=wandb logger.project='3'",  # a quoted number is a string
         "trainer.eval_max_examples=null trainer.peak_tflops=989",
+        *(f"trainer.precision={p}" for p in ("auto", "fp32", "bf16")),
         *(f"schedule.decay={d}" for d in DECAYS),
     ],
 )

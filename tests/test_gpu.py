@@ -1,4 +1,4 @@
-"""CUDA only (``-m gpu``; skipped without a device): bf16 autocast with fp32 master weights,
+"""CUDA only (``-m gpu``; skipped without a device): bf16 autocast (``trainer.precision``) with fp32 master weights,
 fused SDPA kernels, fused AdamW, and compiled layers. Run them with scripts/gpu_check.sh."""
 
 import json
@@ -15,6 +15,7 @@ from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from tests.conftest import make_cfg
 from training.optim import build_optimizer, build_scheduler
+from training.precision import autocast
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
@@ -44,7 +45,7 @@ def test_bf16_steps_on_fused_kernels_keep_fp32_master_weights_and_learn(impl):
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
         for _ in range(30):
             options = StepOptions(world=1, label_smoothing=0.0, grad_clip=1.0,
-                                  autocast=torch.autocast("cuda", dtype=torch.bfloat16), step_tokens=b.n_tgt_tokens)  # fmt: skip
+                                  autocast=autocast("bf16", b.src.device), step_tokens=b.n_tgt_tokens)  # fmt: skip
             losses.append(train_step(model, [b], opt, sched, tele, options).loss.item())
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert opt.defaults["fused"] is True
@@ -62,3 +63,4 @@ def test_a_cuda_run_logs_mfu_and_compiled_layers_match_eager(tmp_path):
     mfu = [r["perf/mfu"] for r in rows["compiled"] if "perf/mfu" in r]
     assert mfu and all(0 < m < 1 for m in mfu)
     assert any("act/dec.1.out/rms" in r for r in rows["compiled"])
+    assert json.loads((tmp_path / "eager" / "status.json").read_text())["precision"] == "bf16"  # trainer.precision=auto

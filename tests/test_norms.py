@@ -1,5 +1,7 @@
 """Custom norms match PyTorch's own modules and the published formulas."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -182,6 +184,26 @@ def test_low_precision_large_inputs_stay_finite_and_match_fp32(kind, impl, dtype
     assert y.float().abs().mean() > (0.02 if attention else 0.5)
     tol = {torch.bfloat16: 2**-7, torch.float16: 2**-10}[dtype]  # one ulp at 1.0
     torch.testing.assert_close(y.float(), ref, atol=4 * tol * ref.abs().max().item(), rtol=0)
+
+
+@pytest.mark.parametrize(("kind", "impl"), sorted(NORM_PAIRS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_under_cpu_bf16_autocast_a_norm_computes_exactly_what_it_does_without(kind, impl, dtype):
+    # trainer.precision=bf16 runs every norm inside autocast, on fp32 inputs (the residual stream) and bf16 ones (QK-norm
+    # on a bf16 projection). Autocast must leave the float32 statistics alone: a statistic taken by an op autocast
+    # lowers (a matmul, linalg.vecdot) would come out in bf16, which the fp32 reference here would show.
+    torch.manual_seed(0)
+    norm = build_norm(kind, 256, impl=impl, attention=kind in ATTENTION_ONLY_KINDS)
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.add_(0.1 * torch.randn_like(p))  # gains, shifts and DyT's alpha off their init, so each is in the output
+    x = (torch.randn(2, 8, 256) * 300 + 50).to(dtype)  # large, off-centre: bf16 squares of these lose every digit
+    args = (x, torch.ones(2, 8, dtype=torch.bool)) if kind in BATCH_READING_KINDS else (x,)
+    twin = copy.deepcopy(norm)  # a batch-reading norm updates its running statistics in each training forward
+    ref = norm(*args)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = twin(*args)
+    assert y.dtype == dtype and torch.equal(y, ref)
 
 
 # The pairs a norm.kind may take: the attention-only l2/custom is not among them.

@@ -1,13 +1,17 @@
 """scripts/ run as modules from the repository root (``python -m scripts.report DIR``) with no edits of
 ``sys.path``; the report's reusable code lives in the ``analysis`` package; every documented command
-uses that form; bench composes the norm presets as Hydra does, and its --csv holds the ratios it prints."""
+uses that form; bench composes the norm presets as Hydra does, its --csv holds the ratios it prints, and its precision
+table the runs it made."""
 
 import ast
 import csv
+import math
 import os
 import re
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -146,3 +150,29 @@ def test_bench_norms_csv_holds_each_ratio_it_prints(tmp_path, monkeypatch, capsy
     assert written == printed
     loads = re.findall(r"^load average \(1, 5, 15 min\) (?:before|after): \(([\d.]+),", out, re.M)
     assert {(r["load1_before"], r["load1_after"]) for r in records} == {tuple(loads)}
+
+
+def test_bench_precision_prints_the_step_ratio_per_size_and_the_loss_gap_of_its_runs(monkeypatch, capsys):
+    import torch
+
+    from scripts import bench
+
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(sys, "argv", "bench precision --sizes tiny --rounds 3 --loss-steps 3 --seeds 0 1 --model tiny".split())
+    try:
+        bench.main()
+    finally:
+        torch.set_num_threads(threads)  # the bench sets 1 (--threads)
+    out = capsys.readouterr().out
+    ((fp32_ms, bf16_ms, ratio, q1, q3),) = [
+        tuple(map(float, r))
+        for r in re.findall(r"^  tiny +32 +2\+2 +[\d.]+M +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+)$", out, re.M)
+    ]
+    assert fp32_ms > 0 and bf16_ms > 0 and 0 < q1 <= ratio <= q3
+    runs = {(p, int(s)): list(map(float, rest.split())) for p, s, rest in re.findall(r"^  (fp32|bf16) +(\d) +(.*)$", out, re.M)}
+    assert sorted(runs) == [("bf16", 0), ("bf16", 1), ("fp32", 0), ("fp32", 1)]
+    assert all(len(r) == 6 and all(math.isfinite(v) for v in r) for r in runs.values())  # 4 metrics, curve gap, wall s
+    assert runs[("fp32", 0)][4] == runs[("fp32", 1)][4] == 0  # fp32's curve against itself
+    gap = re.search(r"^  bf16 - fp32, mean over seeds +(.*)$", out, re.M).group(1).split()
+    for i, printed in enumerate(gap):  # the mean of the per-seed differences of the printed (4-decimal) values
+        assert float(printed) == pytest.approx(sum(runs[("bf16", s)][i] - runs[("fp32", s)][i] for s in (0, 1)) / 2, abs=2e-4)

@@ -6,7 +6,6 @@ evaluation / checkpoint, never per step.
 """
 
 import random
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from training.evaluate import evaluate_loss
 from training.flops import peak_flops
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
+from training.precision import autocast, resolve_precision
 from training.schema import RunConfig
 from training.spikes import RunSpikes
 from training.step import StepOptions
@@ -98,6 +98,7 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     tc = cfg.trainer
     device = distributed.local_device(resolve_device(tc.device))
     world = distributed.world_size()
+    precision = resolve_precision(tc.precision, device)  # what trainer.precision=auto chose: in status.json and the log
     ckpt, resumed_from = resolve_resume(cfg.train.resume, run_dir) or (None, None)
     if ckpt and "optimizer" not in ckpt:
         raise ValueError(f"train.resume: {resumed_from} holds weights only ({BEST}: for testing and predict.py); "
@@ -122,8 +123,8 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     if ckpt and (diff := config_diff(ModelConfig.from_dict(ckpt["model_config"]).to_dict(), mcfg.to_dict())):
         raise ValueError(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
     model = EncoderDecoder(mcfg).to(device)
-    if is_main:  # the report's parameter columns (analysis.runs.Run.params)
-        write_status(run_dir, params=model.parameter_counts())
+    if is_main:  # the report's parameter columns (analysis.runs.Run.params), and the precision config.yaml's auto chose
+        write_status(run_dir, params=model.parameter_counts(), precision=precision)
     telemetry = Telemetry(model, cfg.telemetry)
     opt = build_optimizer(model, cfg.optim.lr, cfg.optim.betas, cfg.optim.weight_decay, cfg.optim.eps)
     state: dict[str, Any] = {}
@@ -154,12 +155,12 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     if world > 1:  # norms that read the batch take their statistics over every rank's tokens
         model.set_norm_group(torch.distributed.group.WORLD)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else model
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-    options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip, autocast=autocast,
-                          z_loss=cfg.optim.z_loss)  # fmt: skip
+    options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip,
+                          autocast=autocast(precision, device), z_loss=cfg.optim.z_loss)  # fmt: skip
     logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None, resume_step=step)
     print(f"normlab: {model.parameter_counts()['total'] / 1e6:.2f}M parameters{hyper_connection_note(model)}, norm "
-          f"{mcfg.norm.placement}/{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, run dir {run_dir}")  # fmt: skip
+          f"{mcfg.norm.placement}/{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, {precision}, "
+          f"run dir {run_dir}")  # fmt: skip
     return Run(cfg, run_dir, is_main, device, world, mcfg, task, model, ddp, opt, sched, telemetry, logger,
                options, peak_flops(device, tc.peak_tflops), **state)  # fmt: skip
 

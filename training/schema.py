@@ -41,6 +41,7 @@ from telemetry.config import TelemetryConfig
 
 DEVICES = ("auto", "cpu", "cuda")
 TEST_CHECKPOINTS = ("last", "best")  # training/best.py
+PRECISIONS = ("auto", "fp32", "bf16")  # training.precision
 DECAYS = ("linear", "cosine", "constant", "inverse_sqrt")  # training.optim.build_scheduler
 INVERSE_SQRT_NEEDS_WARMUP = (
     "schedule.decay=inverse_sqrt needs schedule.warmup_steps >= 1, got 0 (it decays as lr * sqrt(warmup_steps / step)); "
@@ -65,7 +66,7 @@ class TrainerConfig:
     """The ``trainer`` keys (``conf/trainer/default.yaml`` documents each).
 
     Raises:
-        ValueError: an unknown device, a count < 1, a grad_clip or peak_tflops <= 0 (null is
+        ValueError: an unknown device or precision, a count < 1, a grad_clip or peak_tflops <= 0 (null is
             allowed: no clipping; looked up), label_smoothing outside [0, 1).
     """
 
@@ -83,10 +84,12 @@ class TrainerConfig:
     test_max_examples: int | None
     peak_tflops: float | None
     test_checkpoint: str = "last"
+    precision: str = "auto"  # the default: configs written before the key (fp32 on the CPU, bf16 on CUDA, as they ran)
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise ValueError(f"unknown trainer.device {self.device!r}; valid: {', '.join(DEVICES)}")
+        _require(self.precision in PRECISIONS, "trainer.precision", self.precision, f"valid: {', '.join(PRECISIONS)}")
         for key in ("max_steps", "max_tokens", "grad_accum", "log_every", "eval_every", "checkpoint_every"):
             _require(getattr(self, key) >= 1, f"trainer.{key}", getattr(self, key), "it must be an integer >= 1")
         for key in ("eval_max_examples", "test_max_examples"):
