@@ -11,7 +11,9 @@ went non-finite; absent otherwise), ``test`` (final test metrics), ``params`` (w
 ``{"total": N, "hc": M}``, its parameter entries with a tied or shared matrix counted once, and of them the
 hyper-connections', 0 without ``norm.hc``: ``EncoderDecoder.parameter_counts``; absent from runs written before it)
 ``best`` (with ``trainer.test_checkpoint=best``: ``{"metric": "val/per", "value": v, "step": n}``, the
-validation whose weights the test scored: ``training/best.py``) and, once the run logs to wandb, ``wandb_id`` (its wandb run id, resumed by every later attempt in the dir).
+validation whose weights the test scored: ``training/best.py``), once the run logs to wandb, ``wandb_id`` (its wandb
+run id, resumed by every later attempt in the dir), and in a SLURM job ``slurm``: ``{"job_id": "123_4", "restarts":
+N, "node": host}``, its job id and how many times SLURM requeued it (``training/slurm.py``).
 """
 
 import json
