@@ -18,6 +18,7 @@
 set -euo pipefail
 
 DIR=${NORMLAB_SLURM_DIR:-/tmp/normlab-slurm}
+PATH=$PATH:/usr/sbin:/sbin # the daemons' dir, absent from some root shells' PATH
 CONF=$DIR/slurm.conf
 MUNGE_SOCKET=$DIR/munge/munge.socket.2
 PARTITION=local

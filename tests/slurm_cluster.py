@@ -25,7 +25,8 @@ def start_cluster() -> dict[str, str]:
     """Start the cluster (idempotent) and return the environment its clients need (``SLURM_CONF``); skips the test
     with the reason when the packages or root are missing or the cluster does not start. The cluster is left running
     for the other tests and workers (``scripts/slurm_local.sh stop`` stops it)."""
-    missing = [c for c in ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "flock") if shutil.which(c) is None]
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])  # where Debian puts the daemons
+    missing = [c for c in ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "flock") if shutil.which(c, path=path) is None]
     if missing:
         pytest.skip(f"no SLURM here (missing {' '.join(missing)}): apt-get install slurm-wlm munge")
     if os.geteuid() != 0:

@@ -49,7 +49,7 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_an_uninterr
     proc = start_sweep(slurm_env, tmp_path, *TINY, *EXACT, *LAUNCHER, "hydra.launcher.timeout_min=1",
                        "hydra.launcher.signal_delay_s=5", f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
     run_dir = wait_for("a logged training loss", lambda: job_dir(sweep_dir), proc)
-    hold_until_signalled(job_pid(sweep_dir), signal.SIGUSR2, proc)
+    hold_until_signalled(wait_for("the job's process", lambda: job_pid(sweep_dir), proc), signal.SIGUSR2, proc)
     out, err = finish(proc, tmp_path)
     assert proc.returncode == 0, err[-3000:]
     assert "1 jobs, 0 failed" in out
@@ -72,7 +72,7 @@ def test_a_preempted_job_checkpoints_is_requeued_and_ends_as_an_uninterrupted_ru
     job_id = json.loads((run_dir / "status.json").read_text())["slurm"]["job_id"]
     # What a preemption does (SLURM sends SIGTERM, then requeues the job), as an admin would: scontrol requeue.
     requeue = lambda: subprocess.run(["scontrol", "requeue", job_id], env={**os.environ, **slurm_env}, check=True)  # noqa: E731
-    hold_until_signalled(job_pid(sweep_dir), signal.SIGTERM, proc, requeue)
+    hold_until_signalled(wait_for("the job's process", lambda: job_pid(sweep_dir), proc), signal.SIGTERM, proc, requeue)
     out, err = finish(proc, tmp_path)
     assert proc.returncode == 0, err[-3000:]
     assert "1 jobs, 0 failed" in out and f"slurm {job_id} requeued 1x" in out
@@ -94,7 +94,7 @@ def test_a_job_out_of_requeues_says_why_in_its_status_and_the_sweep_summary(slur
     # The time-limit warning sent by hand (as submitit's own tests send it): with a 1-minute limit submitit counts it
     # as a timeout, and with max_num_timeout=0 it has none left.
     warn = lambda: subprocess.run(["scancel", "--signal=USR2", job_id], env={**os.environ, **slurm_env}, check=True)  # noqa: E731
-    hold_until_signalled(job_pid(sweep_dir), signal.SIGUSR2, proc, warn)
+    hold_until_signalled(wait_for("the job's process", lambda: job_pid(sweep_dir), proc), signal.SIGUSR2, proc, warn)
     out, err = finish(proc, tmp_path)
     assert proc.returncode == 1, err[-3000:]  # a failed job: the sweep's exit status
 
