@@ -51,11 +51,12 @@ def finish(proc: subprocess.Popen, cwd: Path, timeout: float = 600) -> tuple[str
     return (cwd / "sweep.out").read_text(), (cwd / "sweep.err").read_text()
 
 
-def wait_for(what: str, ready: Callable[[], object], proc: subprocess.Popen, timeout: float = 240) -> object:
-    """Poll ``ready()`` until it is truthy and return it; fails naming ``what`` if the sweep ends or time runs out."""
+def wait_for(what: str, ready: Callable[[], object], proc: subprocess.Popen | None, timeout: float = 240) -> object:
+    """Poll ``ready()`` until it is truthy and return it; fails naming ``what`` if the sweep ``proc`` ends or time runs
+    out."""
     deadline = time.monotonic() + timeout
     while not (value := ready()):
-        assert proc.poll() is None, f"the sweep ended (status {proc.returncode}) before {what}"
+        assert proc is None or proc.poll() is None, f"the sweep ended (status {proc.returncode}) before {what}"
         assert time.monotonic() < deadline, f"no {what} within {timeout} s"
         time.sleep(0.1)
     return value

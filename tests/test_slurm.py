@@ -21,6 +21,16 @@ from tests.test_resume import EXACT, losses
 from training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slurm
+# The exact-resume run of tests/test_resume.py; validation and test on a few examples (decoding is most of a tiny run).
+RUN = [*EXACT, "trainer.eval_max_examples=8", "trainer.test_max_examples=8"]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run dir of RUN trained without a stop (in this process: the jobs inherit its environment and threads)."""
+    run_dir = tmp_path_factory.mktemp("straight")
+    train_module.train(make_cfg(*RUN), run_dir)
+    return run_dir
 
 
 def job_dir(sweep_dir: Path) -> Path | None:
@@ -41,13 +51,13 @@ def assert_same_run(run_dir: Path, straight: Path) -> None:
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_an_uninterrupted_run(slurm_env, tmp_path):
-    train_module.train(make_cfg(*EXACT), tmp_path / "straight")
+def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_an_uninterrupted_run(slurm_env, straight, tmp_path):
     sweep_dir = tmp_path / "sweep"
-    # A 1-minute limit: SLURM sends USR2 when at most signal_delay_s (+ up to 30 s: slurmctld checks limits every 30 s)
-    # remain; the job, held at its first step until then, takes it mid-run.
-    proc = start_sweep(slurm_env, tmp_path, *TINY, *EXACT, *LAUNCHER, "hydra.launcher.timeout_min=1",
-                       "hydra.launcher.signal_delay_s=5", f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
+    # A 2-minute limit: SLURM sends USR2 when at most signal_delay_s + 30 s remain (slurmctld checks limits every
+    # 30 s), here 60 to 90 s into the job, time enough for a loaded machine to start it (a USR2 before submitit has
+    # set up its handler kills the job). The job, held at its first step until the signal is pending, takes it mid-run.
+    proc = start_sweep(slurm_env, tmp_path, *TINY, *RUN, *LAUNCHER, "hydra.launcher.timeout_min=2",
+                       "hydra.launcher.signal_delay_s=30", f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
     run_dir = wait_for("a logged training loss", lambda: job_dir(sweep_dir), proc)
     hold_until_signalled(wait_for("the job's process", lambda: job_pid(sweep_dir), proc), signal.SIGUSR2, proc)
     out, err = finish(proc, tmp_path)
@@ -61,13 +71,12 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_an_uninterr
     assert "normlab: stopped by SIGUSR2 after step " in log, "the job was requeued without a checkpoint of its last step"
     stopped = int(log.split("normlab: stopped by SIGUSR2 after step ")[1].split(";")[0])
     assert 1 <= stopped < 12 and f"resuming from step {stopped} " in log  # the requeued job went on from there
-    assert_same_run(run_dir, tmp_path / "straight")
+    assert_same_run(run_dir, straight)
 
 
-def test_a_preempted_job_checkpoints_is_requeued_and_ends_as_an_uninterrupted_run(slurm_env, tmp_path):
-    train_module.train(make_cfg(*EXACT), tmp_path / "straight")
+def test_a_preempted_job_checkpoints_is_requeued_and_ends_as_an_uninterrupted_run(slurm_env, straight, tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = start_sweep(slurm_env, tmp_path, *TINY, *EXACT, *LAUNCHER, f"hydra.sweep.dir={sweep_dir}")
+    proc = start_sweep(slurm_env, tmp_path, *TINY, *RUN, *LAUNCHER, f"hydra.sweep.dir={sweep_dir}")
     run_dir = wait_for("a logged training loss", lambda: job_dir(sweep_dir), proc)
     job_id = json.loads((run_dir / "status.json").read_text())["slurm"]["job_id"]
     # What a preemption does (SLURM sends SIGTERM, then requeues the job), as an admin would: scontrol requeue.
@@ -82,17 +91,17 @@ def test_a_preempted_job_checkpoints_is_requeued_and_ends_as_an_uninterrupted_ru
     log = submitit_log(sweep_dir)
     stopped = int(log.split("normlab: stopped by SIGTERM after step ")[1].split(";")[0])
     assert 1 <= stopped < 12 and f"resuming from step {stopped} " in log
-    assert_same_run(run_dir, tmp_path / "straight")
+    assert_same_run(run_dir, straight)
 
 
 def test_a_job_out_of_requeues_says_why_in_its_status_and_the_sweep_summary(slurm_env, tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = start_sweep(slurm_env, tmp_path, *TINY, *EXACT, *LAUNCHER, "hydra.launcher.max_num_timeout=0",
-                       "hydra.launcher.timeout_min=1", f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
+    proc = start_sweep(slurm_env, tmp_path, *TINY, *RUN, *LAUNCHER, "hydra.launcher.max_num_timeout=0",
+                       "hydra.launcher.timeout_min=10", f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
     run_dir = wait_for("a logged training loss", lambda: job_dir(sweep_dir), proc)
     job_id = json.loads((run_dir / "status.json").read_text())["slurm"]["job_id"]
-    # The time-limit warning sent by hand (as submitit's own tests send it): with a 1-minute limit submitit counts it
-    # as a timeout, and with max_num_timeout=0 it has none left.
+    # The time-limit warning sent by hand (as submitit's own tests send it): with a limit of 10 minutes or less
+    # submitit counts any USR2 as a timeout (min(0.8 limit, limit - 10 min) has passed), and max_num_timeout=0 allows none.
     warn = lambda: subprocess.run(["scancel", "--signal=USR2", job_id], env={**os.environ, **slurm_env}, check=True)  # noqa: E731
     hold_until_signalled(wait_for("the job's process", lambda: job_pid(sweep_dir), proc), signal.SIGUSR2, proc, warn)
     out, err = finish(proc, tmp_path)
@@ -117,7 +126,7 @@ def run_record(run_dir: Path) -> tuple:
 
 
 def test_a_4_job_array_runs_2_at_a_time_equals_the_local_sweep_and_reruns_skip_finished_jobs(slurm_env, tmp_path):
-    overrides = [*TINY, "trainer.max_steps=6", "seed=0,1,2,3"]
+    overrides = [*TINY, "trainer.max_steps=6", "trainer.eval_max_examples=8", "trainer.test_max_examples=8", "seed=0,1,2,3"]
     local = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", *overrides, f"hydra.sweep.dir={tmp_path / 'local'}"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert local.returncode == 0, local.stderr[-3000:]
@@ -135,12 +144,16 @@ def test_a_4_job_array_runs_2_at_a_time_equals_the_local_sweep_and_reruns_skip_f
     assert sorted(ids) == [f"{array}_{i}" for i in range(4)]
     assert all(f"slurm {i} requeued 0x" in out for i in ids)
 
-    # SLURM's record of the array (kept MinJobAge after the jobs end): never more than 2 tasks at once.
-    show = subprocess.run(["scontrol", "-o", "show", "job", array], env={**os.environ, **slurm_env}, capture_output=True,
-                          text=True, check=True).stdout.splitlines()  # fmt: skip
-    fields = [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in show]
-    spans = [(datetime.fromisoformat(f["StartTime"]), datetime.fromisoformat(f["EndTime"])) for f in fields]
-    assert len(spans) == 4 and all(f["JobState"] == "COMPLETED" for f in fields)
+    # SLURM's record of the array (kept MinJobAge after the jobs end): never more than 2 tasks at once. The sweep
+    # returns once every job has written its result; SLURM may still be ending the last ones for a moment.
+    def completed() -> list[dict[str, str]] | None:
+        show = subprocess.run(["scontrol", "-o", "show", "job", array], env={**os.environ, **slurm_env},
+                              capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+        tasks = [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in show]
+        return tasks if len(tasks) == 4 and all(t["JobState"] == "COMPLETED" for t in tasks) else None
+
+    tasks = wait_for("the 4 tasks COMPLETED in scontrol", completed, None, timeout=60)
+    spans = [(datetime.fromisoformat(t["StartTime"]), datetime.fromisoformat(t["EndTime"])) for t in tasks]
     assert max(sum(s <= start < e for s, e in spans) for start, _ in spans) == 2  # 2 at once, never 3
 
     before = {p: p.read_text() for p in sweep_dir.glob("*/metrics.jsonl")}
