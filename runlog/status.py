@@ -12,8 +12,9 @@ went non-finite; absent otherwise), ``test`` (final test metrics), ``params`` (w
 hyper-connections', 0 without ``norm.hc``: ``EncoderDecoder.parameter_counts``; absent from runs written before it),
 ``precision`` (``fp32`` or ``bf16``, what ``trainer.precision`` resolved to: ``training.precision``; absent from runs
 written before it), ``best`` (with ``trainer.test_checkpoint=best``: ``{"metric": "val/per", "value": v, "step": n}``,
-the validation whose weights the test scored: ``training/best.py``) and, once the run logs to wandb, ``wandb_id`` (its
-wandb run id, resumed by every later attempt in the dir).
+the validation whose weights the test scored: ``training/best.py``), once the run logs to wandb, ``wandb_id`` (its
+wandb run id, resumed by every later attempt in the dir), and in a SLURM job ``slurm``: ``{"job_id": "123_4",
+"restarts": N, "node": host}``, its job id and how many times SLURM requeued it (``training/slurm.py``).
 """
 
 import json
