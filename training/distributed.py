@@ -107,6 +107,15 @@ def all_gather_object(obj: object) -> list[object]:
     return out
 
 
+def check_same(what: str, value: object, hint: str) -> None:
+    """Raise ValueError when the ranks hold different ``value``s (compared with ``==``): ``"<what> differs between
+    ranks (rank 0: <value>, rank 1: ...); <hint>"``. A collective: every rank calls it; a no-op in a single process."""
+    values = all_gather_object(value)
+    if any(v != values[0] for v in values):
+        ranks = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+        raise ValueError(f"{what} differs between ranks ({ranks}); {hint}")
+
+
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -97,6 +97,10 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     device = distributed.local_device(resolve_device(tc.device))
     world = distributed.world_size()
     ckpt, resumed_from = resolve_resume(cfg.train.resume, run_dir) or (None, None)
+    # Each rank reads the checkpoint itself: a node that does not see the run dir (or sees an old copy) would train on
+    # from another step, its collectives out of step with the others'.
+    distributed.check_same("train.resume: the checkpoint found", f"step {ckpt['step']}" if ckpt else "none",
+                           f"the run dir {run_dir} must be on a filesystem that every node sees")  # fmt: skip
     if ckpt and ckpt["step"] > tc.max_steps:
         raise ValueError(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={tc.max_steps}; "
                          "raise trainer.max_steps to train on, or start afresh with train.resume=null")  # fmt: skip
