@@ -66,12 +66,14 @@ class RankZeroHydraFiles(Callback):
         logging = OmegaConf.to_container(config.hydra.job_logging)  # interpolations kept, resolved by Hydra
         handlers = logging.get("handlers") or {}
         files = {name for name, handler in handlers.items() if "filename" in handler}
-        logging["handlers"] = {name: handler for name, handler in handlers.items() if name not in files}
-        for logger in [logging.get("root"), *(logging.get("loggers") or {}).values()]:
-            if logger and logger.get("handlers"):
-                logger["handlers"] = [name for name in logger["handlers"] if name not in files]
         with read_write(config.hydra):
             config.hydra.output_subdir = None
+            if not files:
+                return
+            logging["handlers"] = {name: handler for name, handler in handlers.items() if name not in files}
+            for logger in [logging.get("root"), *(logging.get("loggers") or {}).values()]:
+                if logger and logger.get("handlers"):
+                    logger["handlers"] = [name for name in logger["handlers"] if name not in files]
             config.hydra.job_logging = logging
 
 
