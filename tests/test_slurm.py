@@ -58,6 +58,7 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_an_uninterr
     assert status["state"] == "finished" and status["slurm"]["restarts"] >= 1
     log = submitit_log(sweep_dir)
     assert "this job is timed-out" in log and "Requeued job" in log  # submitit's own account of it
+    assert "normlab: stopped by SIGUSR2 after step " in log, "the job was requeued without a checkpoint of its last step"
     stopped = int(log.split("normlab: stopped by SIGUSR2 after step ")[1].split(";")[0])
     assert 1 <= stopped < 12 and f"resuming from step {stopped} " in log  # the requeued job went on from there
     assert_same_run(run_dir, tmp_path / "straight")
