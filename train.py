@@ -26,7 +26,7 @@ from tqdm import tqdm
 from data.batching import train_stream
 from model.config import ModelConfig
 from runlog.status import DONE, read_status, write_status
-from training import distributed
+from training import distributed, slurm
 from training.checkpoint import LATEST
 from training.cli import check_args, resume_command
 from training.flops import train_flops
@@ -51,7 +51,8 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     Raises:
         ValueError / FileNotFoundError: bad config values or resume path, found before training.
         NonFiniteLossError: the loss became non-finite; ``checkpoint.pt`` keeps the last finite state.
-        RunInterrupted: SIGTERM or SIGINT arrived; a checkpoint of the last step was written first.
+        RunInterrupted: SIGTERM or SIGINT (or, in a submitit job on SLURM, its requeue signal USR2) arrived; a
+            checkpoint of the last step was written first.
     """
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     is_main = distributed.rank() == 0
@@ -61,6 +62,8 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
     if cfg.train.resume == "auto" and status.get("state") in DONE and status.get("max_steps") == cfg.trainer.max_steps:
         print(f"normlab: {run_dir} already {status['state']} at step {status['step']}; skipped (train.resume=null reruns it)")
         return status.get("test", {})
+    if is_main and (job := slurm.job_record()):  # which SLURM job, and how many requeues, this attempt is
+        write_status(run_dir, slurm=job)
     try:
         try:
             return _train(validate(cfg), run_dir, is_main)
@@ -171,6 +174,9 @@ def main(cfg: DictConfig) -> None:
         train(cfg)
     except RunInterrupted as e:
         print(f"normlab: {e}", file=sys.stderr)
+        if e.signum == slurm.requeue_signal():
+            requeue_or_say_why(e)  # returns when submitit does not requeue the job
+            return
         if stop is None:
             sys.exit(128 + e.signum)
         request_stop(stop, e.signum)
@@ -184,9 +190,31 @@ def main(cfg: DictConfig) -> None:
         print(f"normlab: job failed: {type(e).__name__}: {e} (traceback in error.log of the job dir)", file=sys.stderr)
 
 
+def requeue_or_say_why(e: RunInterrupted) -> None:
+    """SLURM's time-limit warning stopped this submitit job at a checkpoint: submitit requeues it and exits (the requeued
+    job resumes from the checkpoint). When submitit will not (``max_num_timeout`` timeouts already), the job's
+    ``status.json`` says why (state ``failed``, which the sweep summary lists) and the job returns to its sweep, which
+    goes on."""
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    reason = slurm.requeue(e.signum)  # exits when it requeues
+    if reason is None:  # a task other than rank 0: rank 0 requeues the job
+        sys.exit(128 + e.signum)
+    limit = hc.launcher.get("max_num_timeout")
+    reason = reason.removeprefix("Job not requeued because: ").rstrip(".")
+    error = f"not requeued: {reason} (hydra.launcher.max_num_timeout={limit}); {e}"
+    print(f"normlab: {error}", file=sys.stderr)
+    if distributed.rank() == 0:
+        write_status(run_dir, state="failed", error=error)
+
+
 if __name__ == "__main__":
     sys.argv = distributed.strip_local_rank(sys.argv)  # legacy launchers' --local-rank=N
     check_args(sys.argv[1:])  # mistakes whose Hydra error would not say what to write instead
+    # A SLURM job (hydra/launcher=slurm) starts in the submitting dir and unpickles this repo's functions: it finds
+    # them through PYTHONPATH, which sbatch passes on, wherever train.py was started from.
+    paths = [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     distributed.init_from_env()
     try:
         main()

@@ -76,3 +76,11 @@ def scheduled_lrs(peak: float, warmup: int, max_steps: int, n: int, decay: str, 
 @pytest.fixture
 def cfg_factory():
     return make_cfg
+
+
+@pytest.fixture(scope="session")
+def slurm_env() -> dict[str, str]:
+    """The environment of the local SLURM cluster's clients (``tests/slurm_cluster.py``); skips without SLURM."""
+    from tests.slurm_cluster import start_cluster
+
+    return start_cluster()

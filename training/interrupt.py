@@ -1,6 +1,7 @@
 """Stop cleanly on SIGTERM (cluster preemption, ``kill``) or SIGINT (Ctrl-C): the loop finishes
 the current step, writes a checkpoint and raises :class:`RunInterrupted`, instead of dying
-mid-write.
+mid-write. In a submitit job on SLURM, SLURM's time-limit warning (USR2) too: ``train.py`` then hands
+it to submitit, which requeues the job (``training/slurm.py``).
 
 A sweep stops as a whole: its stop file (``<sweep dir>/STOP``, holding the signal's number) is
 written by the sweep's parent when it gets the signal and by a job that got it itself; every
@@ -12,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from runlog.atomic import atomic_write
+from training.slurm import requeue_signal
 
 
 class NonFiniteLossError(RuntimeError):
@@ -42,8 +44,9 @@ def request_stop(path: Path, signum: int) -> None:
 
 
 class StopRequest:
-    """Within ``with StopRequest(sweep_stop) as stop:``, SIGTERM and SIGINT set ``stop.signum``
-    instead of killing the process; a second SIGINT still interrupts at once. With ``sweep_stop``,
+    """Within ``with StopRequest(sweep_stop) as stop:``, SIGTERM and SIGINT (and in a submitit job on SLURM its
+    requeue signal, USR2) set ``stop.signum`` instead of killing the process (or, for USR2, instead of submitit
+    requeuing the job mid-step); a second SIGINT still interrupts at once. With ``sweep_stop``,
     the sweep's stop file, ``stop.signum`` is also set once the sweep is stopped. The two signals
     are unblocked inside (a sweep's parent blocks them in its workers, so that an idle worker
     outlives a Ctrl-C); handlers and the signal mask are restored on exit."""
@@ -55,6 +58,7 @@ class StopRequest:
         self._sweep_stop = sweep_stop
         self._previous = {}
         self._mask = set()
+        self._signals = (*self.SIGNALS, *([sig] if (sig := requeue_signal()) else []))
 
     @property
     def signum(self) -> int:
@@ -67,8 +71,8 @@ class StopRequest:
         self._signum = signum
 
     def __enter__(self) -> "StopRequest":
-        self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        self._mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
+        self._previous = {s: signal.signal(s, self._handle) for s in self._signals}
+        self._mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, self._signals)
         return self
 
     def __exit__(self, *exc: object) -> None:

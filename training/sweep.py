@@ -69,8 +69,9 @@ def parallel_jobs() -> int:
 
 
 def summarize(sweep_dir: Path) -> tuple[str, int]:
-    """A table of the jobs under ``sweep_dir`` (one per ``status.json``): state, step, test
-    metrics, and for failed jobs the log to read. Returns (table, number of failed jobs)."""
+    """A table of the jobs under ``sweep_dir`` (one per ``status.json``): state, step, for a SLURM job its job id and
+    how many times SLURM requeued it (timeouts and preemptions), test metrics, and for failed jobs the first line of
+    the error (a SLURM job that was not requeued: why) and the log to read. Returns (table, number of failed jobs)."""
     rows, failed = [], 0
     for path in sorted(sweep_dir.rglob("status.json")):
         run_dir, status = path.parent, read_status(path.parent)
@@ -81,11 +82,14 @@ def summarize(sweep_dir: Path) -> tuple[str, int]:
             log = run_dir / "error.log" if (run_dir / "error.log").exists() else run_dir / "train.log"
             error = (status.get("error") or "").splitlines()
             test = f"{error[0] if error else ''} (log: {log})"
-        rows.append((str(run_dir.relative_to(sweep_dir)), state, str(status.get("step", "-")), test))
+        job = status.get("slurm")
+        slurm = f"slurm {job['job_id']} requeued {job['restarts']}x" if job else ""
+        rows.append((str(run_dir.relative_to(sweep_dir)), state, str(status.get("step", "-")), slurm, test))
     if not rows:
         return f"no jobs found under {sweep_dir}", 0
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [f"{job:<{widths[0]}}  {state:<{widths[1]}}  {step:>{widths[2]}}  {test}" for job, state, step, test in rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [f"{job:<{widths[0]}}  {state:<{widths[1]}}  {step:>{widths[2]}}  " + (f"{slurm:<{widths[3]}}  " if widths[3] else "")
+             + test for job, state, step, slurm, test in rows]  # fmt: skip
     return "\n".join([f"sweep {sweep_dir}: {len(rows)} jobs, {failed} failed", *lines]), failed
 
 
