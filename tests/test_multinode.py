@@ -56,6 +56,13 @@ runpy.run_path({str(ROOT / "train.py")!r}, run_name="__main__")
 """
 
 
+def free_port() -> int:
+    """A TCP port free on this machine now (for a rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture
 def launch(tmp_path):
     """``launch(args, attempt)``: two torchrun agents, one process each, meeting at a c10d rendezvous on localhost
@@ -66,11 +73,8 @@ def launch(tmp_path):
     started = []
 
     def two_nodes(args: list[str], attempt: str) -> list[subprocess.Popen]:
-        with socket.socket() as s:  # a free port for the rendezvous
-            s.bind(("localhost", 0))
-            port = s.getsockname()[1]
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-               f"--rdzv_endpoint=localhost:{port}", f"--rdzv_id={uuid.uuid4().hex}", "writes.py", *args]  # fmt: skip
+               f"--rdzv_endpoint=localhost:{free_port()}", f"--rdzv_id={uuid.uuid4().hex}", "writes.py", *args]  # fmt: skip
         for n in (0, 1):
             with (tmp_path / f"{attempt}{n}.out").open("w") as out, (tmp_path / f"{attempt}{n}.err").open("w") as err:
                 agent = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=out, stderr=err, start_new_session=True)
