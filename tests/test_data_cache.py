@@ -4,12 +4,31 @@ unwritable cache costs only the speed-up."""
 
 import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 
 from data.cache import cached, fingerprint, source_text
 from data.tokenizer import build_vocab
+from tests.conftest import ROOT
 from training.tasks import g2p
+
+# Run as `python -c BUILD_TOGETHER <dir> <name>` by two processes at once, as by two nodes sharing one home: each
+# finds <dir>/cache/k.pkl missing, builds once both are building, and stores a few MB, so that the writes overlap.
+BUILD_TOGETHER = f"""
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {str(ROOT)!r})
+from data.cache import cached
+d, me = Path(sys.argv[1]), sys.argv[2]
+def build():
+    (d / me).touch()
+    while not ((d / "a").exists() and (d / "b").exists()):
+        time.sleep(0.005)
+    return list(range(10**6))
+print(len(cached(d / "cache" / "k.pkl", build)))
+"""
 
 
 def test_fingerprint_parts_are_length_prefixed_and_order_matters():
@@ -29,6 +48,15 @@ def test_an_entry_is_built_once_then_loaded(tmp_path):
     assert cached(path, build) == cached(path, build) == {"ids": [[1, 2], [3]]} and builds == [1]
     assert cached(None, build) == {"ids": [[1, 2], [3]]} and builds == [1, 1]  # no path: no cache
     assert [p.name for p in path.parent.iterdir()] == ["k.pkl"]  # no temp file left behind
+
+
+def test_two_processes_storing_one_entry_at_once_both_succeed_and_leave_one_whole_entry(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", BUILD_TOGETHER, str(tmp_path), name], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for name in "ab"]  # fmt: skip
+    outs = [proc.communicate(timeout=60) for proc in procs]
+    assert outs == [("1000000\n", "")] * 2  # no warning: each stored its own copy without trouble
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["k.pkl"]  # and no temp file is left behind
+    assert pickle.loads((tmp_path / "cache" / "k.pkl").read_bytes()) == list(range(10**6))
 
 
 def test_an_unreadable_entry_is_rebuilt_and_replaced_saying_so(tmp_path, capsys):

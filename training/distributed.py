@@ -1,15 +1,19 @@
 """torchrun support: the process group from the environment, one run dir for all ranks, and the
 few collectives the loop needs (only on logging steps, so a step never waits on the host).
 
-Launch: ``torchrun --nproc_per_node=N train.py ...``. Rank 0 writes every file (logs, wandb,
-checkpoints); the others train and wait at evaluations.
+Launch: ``torchrun --nproc_per_node=N train.py ...`` (one node) or ``torchrun --nnodes=M ... --rdzv_backend=c10d``
+(several). Rank 0 writes every file (logs, wandb, checkpoints, Hydra's own); the others train and wait at evaluations.
+Nothing here reads ``LOCAL_RANK`` but the GPU choice: on every node but one there is a local rank 0 that is not rank 0.
 """
 
 import os
 from datetime import datetime
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, read_write
 
 STAMP_ENV = "NORMLAB_RUN_STAMP"  # read by hydra.run.dir in conf/config.yaml
 LOCAL_RANK_FLAGS = ("--local-rank", "--local_rank")
@@ -48,6 +52,31 @@ def init_from_env() -> None:
     os.environ[STAMP_ENV] = stamp[0]
 
 
+class RankZeroHydraFiles(Callback):
+    """Hydra's own files in the run dir, ``.hydra/`` and the job log ``train.log``, written by rank 0 alone like
+    every other file of the run; the other ranks keep ``hydra.job_logging`` without its file handlers (by default:
+    their stdout). Hydra alone has every rank write them into the one shared dir: on a filesystem shared by
+    several nodes, several hosts appending to one file. A no-op in a single process; registered in conf/config.yaml."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if rank() == 0:
+            return
+        # Hydra's run_job reads both after this callback, from this same config (and turns an exception raised
+        # here into a warning).
+        logging = OmegaConf.to_container(config.hydra.job_logging)  # interpolations kept, resolved by Hydra
+        handlers = logging.get("handlers") or {}
+        files = {name for name, handler in handlers.items() if "filename" in handler}
+        with read_write(config.hydra):
+            config.hydra.output_subdir = None
+            if not files:
+                return
+            logging["handlers"] = {name: handler for name, handler in handlers.items() if name not in files}
+            for logger in [logging.get("root"), *(logging.get("loggers") or {}).values()]:
+                if logger and logger.get("handlers"):
+                    logger["handlers"] = [name for name in logger["handlers"] if name not in files]
+            config.hydra.job_logging = logging
+
+
 def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
@@ -78,6 +107,15 @@ def all_gather_object(obj: object) -> list[object]:
     out: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def check_same(what: str, value: object, hint: str) -> None:
+    """Raise ValueError when the ranks hold different ``value``s (compared with ``==``): ``"<what> differs between
+    ranks (rank 0: <value>, rank 1: ...); <hint>"``. A collective: every rank calls it; a no-op in a single process."""
+    values = all_gather_object(value)
+    if any(v != values[0] for v in values):
+        ranks = ", ".join(f"rank {r}: {v}" for r, v in enumerate(values))
+        raise ValueError(f"{what} differs between ranks ({ranks}); {hint}")
 
 
 def shutdown() -> None:

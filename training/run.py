@@ -100,6 +100,10 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     world = distributed.world_size()
     precision = resolve_precision(tc.precision, device)  # what trainer.precision=auto chose: in status.json and the log
     ckpt, resumed_from = resolve_resume(cfg.train.resume, run_dir) or (None, None)
+    # Each rank reads the checkpoint itself: a node that does not see the run dir (or sees an old copy) would train on
+    # from another step, its collectives out of step with the others'.
+    distributed.check_same("train.resume: the checkpoint found", f"step {ckpt['step']}" if ckpt else "none",
+                           f"the run dir {run_dir} must be on a filesystem that every node sees")  # fmt: skip
     if ckpt and "optimizer" not in ckpt:
         raise ValueError(f"train.resume: {resumed_from} holds weights only ({BEST}: for testing and predict.py); "
                          "resume from a checkpoint.pt")  # fmt: skip
