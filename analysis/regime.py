@@ -20,8 +20,7 @@ from analysis.paired import PairedDifference, paired_difference
 from analysis.presets import preset_of
 from analysis.runs import Run, finite
 from analysis.variants import differing_keys
-
-SATURATION_SUFFIX = "/saturation"
+from runlog.metric_names import parse
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ def saturation_at(metrics: Path, step: int) -> float | None:
     for line in metrics.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         if row.get("step") == step:
-            values = [finite(v) for k, v in row.items() if k.startswith("act/") and k.endswith(SATURATION_SUFFIX)]
+            values = [finite(v) for k, v in row.items() if (m := parse(k)) and (m.family, m.stat) == ("act", "saturation")]
             if values := [v for v in values if v is not None]:
                 return statistics.fmean(values)
     return None

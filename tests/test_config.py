@@ -214,7 +214,7 @@ def test_help_lists_the_norm_presets_and_not_their_base():
     assert done.returncode == 0, done.stderr
     (norm,) = [line for line in done.stdout.splitlines() if line.startswith("norm: ")]
     assert norm.removeprefix("norm: ").split(", ") == sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
-    assert "_base" not in done.stdout and {"pre_ln", "pre_ln_qk"} <= set(norm.removeprefix("norm: ").split(", "))
+    assert "norm_base" not in done.stdout and {"pre_ln", "pre_ln_qk"} <= set(norm.removeprefix("norm: ").split(", "))
 
 
 RENAMES = [("trainer.eval_max_words", "trainer.eval_max_examples"), ("trainer.test_max_words", "trainer.test_max_examples")]

@@ -62,7 +62,7 @@ def test_match_params_finds_the_d_ff_of_equal_parameters(sized: dict[str, dict[s
     gaps = {d: abs(sized[f"d_ff={d}"]["total"] - MHC) for d in (377, 378, 379)}
     assert gaps == {377: 606, 378: 426, 379: 1458} and abs(found.gap) < D_FF_STEP
     # docs/sweeps.md, "Comparing at equal parameters": the command and what it prints
-    command, printed = re.search(r"```bash\npython -m scripts\.match_params (.*)\n```\n\n```\n(.*?)```", SWEEPS, re.S).groups()
+    command, printed = re.search(r"```bash\npython -m scripts\.match_params (.*?)\n```\n\n```\n(.*?)```", SWEEPS, re.S).groups()
     assert match_params.main(command.split()) == 0
     assert capsys.readouterr().out == printed
 

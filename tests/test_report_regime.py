@@ -25,8 +25,8 @@ def write_run(path: Path, preset: str, fraction: float, seed: int, loss: float) 
     path.mkdir(parents=True)
     cfg = make_cfg(f"norm={preset}", f"data.train_fraction={fraction}", f"seed={seed}")
     OmegaConf.save(cfg, path / "config.yaml")
-    rows = [{"step": 0, "val/loss": 4.0}, {"step": 50, "act/enc.0.norm1/saturation": 0.9}]
-    sat = {"act/enc.0.norm1/saturation": 0.4, "act/dec.0.norm1/saturation": 0.6} if preset == "pre_dyt" else {}
+    rows = [{"step": 0, "val/loss": 4.0}, {"step": 50, "act/enc.0.self_attn.norm_in/saturation": 0.9}]
+    sat = {"act/enc.0.self_attn.norm_in/saturation": 0.4, "act/dec.final_norm/saturation": 0.6} if preset == "pre_dyt" else {}
     rows += [{"step": 100, "act/enc.0.out/rms": 1.0, **sat}, {"step": 1000, "val/loss": loss}]
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (path / "status.json").write_text(json.dumps({"state": "finished", "step": 1000, "max_steps": 1000}))
