@@ -39,6 +39,19 @@ def losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
+def assert_trains_as_one_process(run_dir: Path, tmp_path: Path, args: list[str], logged: list[int]) -> None:
+    """Two ranks' run in ``run_dir`` logged the losses at ``logged`` and ended at the weights of one process run with
+    ``args`` and twice the accumulation (``tmp_path / "one"``)."""
+    one_dir = tmp_path / "one"
+    run([sys.executable, str(ROOT / "train.py"), *args, "trainer.grad_accum=2", f"hydra.run.dir={one_dir}"], tmp_path)
+    ranks, accum = losses(run_dir), losses(one_dir)
+    assert sorted(ranks) == sorted(accum) == logged
+    for step in ranks:
+        assert ranks[step] == pytest.approx(accum[step], rel=1e-5, abs=1e-6)
+    a, b = load_checkpoint(run_dir / "checkpoint.pt")["model"], load_checkpoint(one_dir / "checkpoint.pt")["model"]
+    assert all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize(("args", "logged", "launcher"), [
     (DEFAULTS, [1, 5, 10, 15, 20], TORCHRUN),  # step 1: telemetry at init
@@ -48,15 +61,7 @@ def test_two_ranks_train_exactly_as_one_process_with_twice_the_batch(tmp_path, a
     two = run([*launcher, str(ROOT / "train.py"), *args], tmp_path)
     (run_dir,) = [p for p in (tmp_path / "outputs").glob("*/*") if p.is_dir()]  # both ranks wrote into one dir
     assert run_dir.name.endswith("_pre-layernorm-custom")  # named from the norm keys (conf/config.yaml)
-    one_dir = tmp_path / "one"
-    run([sys.executable, str(ROOT / "train.py"), *args, "trainer.grad_accum=2", f"hydra.run.dir={one_dir}"], tmp_path)
-
-    ddp, accum = losses(run_dir), losses(one_dir)
-    assert sorted(ddp) == sorted(accum) == logged  # rank 0 alone writes: each logged step once
-    for step in ddp:
-        assert ddp[step] == pytest.approx(accum[step], rel=1e-5, abs=1e-6)
-    a, b = load_checkpoint(run_dir / "checkpoint.pt")["model"], load_checkpoint(one_dir / "checkpoint.pt")["model"]
-    assert all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
+    assert_trains_as_one_process(run_dir, tmp_path, args, logged)  # rank 0 alone writes: each logged step once
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("act/enc.0.out/rms" in r for r in rows)  # telemetry from rank 0
     assert two.stdout.count("test PER") == 1  # one summary: rank 0's

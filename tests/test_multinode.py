@@ -14,14 +14,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import train as train_module
 from runlog.status import read_status
 from tests.conftest import ROOT, make_cfg
-from tests.test_distributed import DEFAULTS, ENV, losses, run
+from tests.test_distributed import DEFAULTS, ENV, assert_trains_as_one_process
 from training import distributed
 from training.checkpoint import load_checkpoint
 from training.distributed import RankZeroHydraFiles
@@ -116,14 +115,7 @@ def test_two_nodes_preempted_and_resumed_train_exactly_as_one_process_with_twice
     assert codes == [0, 0], err[-3000:]
     assert out.count(f"normlab: resuming from step {step}") == 2 and out.count("test PER") == 1  # rank 0's summary
 
-    one_dir = tmp_path / "one"
-    run([sys.executable, str(ROOT / "train.py"), *DEFAULTS, "trainer.grad_accum=2", f"hydra.run.dir={one_dir}"], tmp_path)
-    nodes, accum = losses(run_dir), losses(one_dir)
-    assert sorted(nodes) == sorted(accum) == [1, 5, 10, 15, 20]
-    for s in nodes:
-        assert nodes[s] == pytest.approx(accum[s], rel=1e-5, abs=1e-6)
-    a, b = load_checkpoint(run_dir / "checkpoint.pt")["model"], load_checkpoint(one_dir / "checkpoint.pt")["model"]
-    assert all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
+    assert_trains_as_one_process(run_dir, tmp_path, DEFAULTS, [1, 5, 10, 15, 20])
 
     records = {r: [json.loads(line) for line in (tmp_path / f"rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)}
     for r, rows in records.items():

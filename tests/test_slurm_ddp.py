@@ -8,12 +8,10 @@ import sys
 import uuid
 
 import pytest
-import torch
 
 from tests.conftest import ROOT
-from tests.test_distributed import DEFAULTS, ENV, losses, run
+from tests.test_distributed import DEFAULTS, ENV, assert_trains_as_one_process
 from tests.test_multinode import free_port
-from training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slurm
 
@@ -43,11 +41,4 @@ def test_srun_torchrun_on_two_tasks_trains_exactly_as_one_process_with_twice_the
     assert (tmp_path / "job.out").read_text().count("test PER") == 1  # rank 0's summary, once for the two tasks
     assert json.loads((run_dir / "status.json").read_text())["slurm"]["job_id"] == job_id
 
-    one_dir = tmp_path / "one"
-    run([sys.executable, str(ROOT / "train.py"), *DEFAULTS, "trainer.grad_accum=2", f"hydra.run.dir={one_dir}"], tmp_path)
-    tasks, accum = losses(run_dir), losses(one_dir)
-    assert sorted(tasks) == sorted(accum) == [1, 5, 10, 15, 20]
-    for step in tasks:
-        assert tasks[step] == pytest.approx(accum[step], rel=1e-5, abs=1e-6)
-    a, b = load_checkpoint(run_dir / "checkpoint.pt")["model"], load_checkpoint(one_dir / "checkpoint.pt")["model"]
-    assert all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
+    assert_trains_as_one_process(run_dir, tmp_path, DEFAULTS, [1, 5, 10, 15, 20])
