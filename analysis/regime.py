@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.lrs import final_loss_of, run_state
 from analysis.paired import PairedDifference, paired_difference
 from analysis.presets import preset_of
 from analysis.runs import Run, finite
@@ -64,9 +65,8 @@ def cells(runs: list[Run], step: int) -> list[Cell]:
 
 def cell(run: Run, preset: str, step: int) -> Cell:
     """The study's record of ``run``, which used the norm ``preset``."""
-    state = (run.status or {}).get("state", "unknown")
-    losses = [v for s, v in run.series.get("val/loss", []) if v is not None and s > 0]
-    val_loss = losses[-1] if state == "finished" and losses else None
+    state = run_state(run)
+    val_loss = final_loss_of(run) if state == "finished" else None
     fraction = float(run.config.get("data.train_fraction", 1.0))
     return Cell(preset, fraction, run.seed, state, val_loss, saturation_at(run.path / "metrics.jsonl", step))
 
