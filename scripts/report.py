@@ -33,6 +33,8 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   ``params_ratio``, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
 - ``runs.csv``, always: the per-run table unformatted, one row per run under its variant's label (the values behind
   the seed statistics: PER/WER as fractions, losses in nats), its last columns ``params`` and ``hc_params``.
+- ``curves.csv``, always: the loss and validation charts' data, one row per run and step: ``variant, run, step,
+  train/loss, val/loss, val/<metric>...`` (``scripts.report_tables.write_curves``).
 - ``depth_profile.csv`` and ``depth_growth.csv``, when a run recorded block telemetry (``analysis/depth.py``): every run's
   residual RMS, gradient norm and kurtosis per (step, block), and per variant each stack's growth (the residual
   stream's RMS at its last block / its first, read before a block's closing norm where it has one) at the first and
@@ -81,7 +83,7 @@ from analysis.stability import stability_panels
 from analysis.variants import Variant, group_variants
 from scripts.report_figures import figure_html, plotly_figure, save_png, variant_colors
 from scripts.report_lrs import lrs_columns, lrs_note, write_csvs
-from scripts.report_tables import growth_html, run_columns, table_html, variants_html, write_runs, write_summary
+from scripts.report_tables import growth_html, run_columns, table_html, variants_html, write_curves, write_runs, write_summary
 
 ERRORS_JS = """window.reportErrors = [];
 function reportError(message) {
@@ -214,6 +216,7 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
     write_summary(out / "summary.csv", summary_rows(variants, task, compared_to), compared_to is not None)
     write_runs(out / "runs.csv", variants, run_columns(task))
+    write_curves(out / "curves.csv", variants, task)
     write_hc_gains(variants, out)
     after = {[p.key for p in panels].index("grad_vs_depth"): growth_html(write_depth_csvs(variants, out))}
     path = out / "index.html"

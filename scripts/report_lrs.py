@@ -3,11 +3,14 @@
 seeds learned at any LR of the grid reads "did not learn at any LR of the grid" in the table's LRS column and in
 ``lrs.csv``'s ``lrs_note``, with no LRS, interval, best loss or best LR.
 
-    python -m scripts.report_lrs CELLS_CSV [--out LRS_CSV] [--baseline FAMILY] [--by-preset]    # from the repository root
+    python -m scripts.report_lrs CELLS_CSV [CELLS_CSV ...] [--out LRS_CSV] [--baseline FAMILY] [--by-preset]
+                                 [--families FAMILY,...]    # from the repository root
 
-rebuilds ``lrs.csv`` (default: next to CELLS_CSV) from a report's ``lr_sensitivity.csv`` alone, with the same code
-(:func:`analysis.lrs.study_from_cells`), for a study whose run directories are gone; ``--by-preset`` names each
+rebuilds ``lrs.csv`` (default: next to the first CELLS_CSV) from reports' ``lr_sensitivity.csv`` alone, with the same
+code (:func:`analysis.lrs.study_from_cells`), for a study whose run directories are gone; ``--by-preset`` names each
 family by its norm preset instead of its long ``key=value`` label (and writes the relabelled cells beside LRS_CSV).
+Several CELLS_CSVs join the seeds of one study run as several sweeps (finding (a)'s seeds 0-2 and 3-16, whose labels
+differ: ``--by-preset`` gives them one), a cell given twice being an error; ``--families`` keeps those families only.
 
 CSVs, written with the ``csv`` module into the report's folder (empty field: no value; floats at full precision):
 
@@ -182,24 +185,31 @@ def write_csvs(study: LRStudy, out: Path, baseline: Family | None = None) -> lis
     return [write_csv(out / name, fields, rows) for name, fields, rows in tables]
 
 
-def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None, by_preset: bool = False) -> Path:
-    """Write ``out`` (``lrs.csv``) and ``lrs_seeds.csv`` beside it from ``cells_csv`` (a report's ``lr_sensitivity.csv``)
-    alone, compared with the family labelled ``baseline`` if given (:func:`analysis.lrs.study_from_cells`,
-    :func:`family_rows`, :func:`seed_rows`), making ``out``'s folder if needed; returns ``out``. With ``by_preset``
-    each family is first relabelled by the norm preset it names (:func:`analysis.presets.preset_of`: ``pre_ln`` for a
-    long ``norm.placement=pre ...``), and the relabelled cells are written beside ``out`` too, as
-    ``lr_sensitivity.csv``; ``baseline`` is then a preset.
+def rebuild_lrs_csv(
+    cells_csv: Path | list[Path], out: Path, baseline: str | None = None, by_preset: bool = False,
+    families: list[str] | None = None,
+) -> Path:  # fmt: skip
+    """Write ``out`` (``lrs.csv``) and ``lrs_seeds.csv`` beside it from ``cells_csv`` (one or more reports'
+    ``lr_sensitivity.csv``) alone, compared with the family labelled ``baseline`` if given
+    (:func:`analysis.lrs.study_from_cells`, :func:`family_rows`, :func:`seed_rows`), making ``out``'s folder if
+    needed; returns ``out``. With ``by_preset`` each file's families are first relabelled by the norm preset they name
+    (:func:`analysis.presets.preset_of`: ``pre_ln`` for a long ``norm.placement=pre ...``), and the relabelled cells
+    (of the kept families, every file's) are written beside ``out`` too, as ``lr_sensitivity.csv``; ``baseline`` and
+    ``families`` then name presets. With ``families``, the other families' rows are dropped.
 
     Raises:
-        ValueError: no family is labelled ``baseline`` (a null value spelled ``null`` or ``None``); the message lists
-            the valid labels. With ``by_preset``: a family that names no preset or several, two families naming one, or
-            ``out`` beside ``cells_csv`` (the relabelled cells would overwrite their source).
+        ValueError: no family is labelled ``baseline`` (a null value spelled ``null`` or ``None``) or one of
+            ``families``; the message lists the valid labels. One (family, seed, lr) cell in two rows (two files that
+            share a seed). With ``by_preset``: a family that names no preset or several, two families of one file
+            naming one, or ``out`` beside a ``cells_csv`` (the relabelled cells would overwrite their source).
     """
-    with cells_csv.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    paths = [cells_csv] if isinstance(cells_csv, Path) else list(cells_csv)
     out.parent.mkdir(parents=True, exist_ok=True)  # as scripts.report makes its --out
+    rows = [row for path in paths for row in _cells_of(path, by_preset, out.parent / CSVS[0])]
+    rows = _kept(rows, families)
     if by_preset:
-        rows = _by_preset(rows, cells_csv, out.parent / CSVS[0])
+        fields = list(dict.fromkeys(k for r in rows for k in r))
+        write_csv(out.parent / CSVS[0], fields, [[r.get(k, "") for k in fields] for r in rows])
     study = study_from_cells(rows)
     family = study.family(None if baseline is None else stored_label(baseline))  # norm.qk=null as the page shows it
     if baseline is not None and family is None:
@@ -208,9 +218,32 @@ def rebuild_lrs_csv(cells_csv: Path, out: Path, baseline: str | None = None, by_
     return write_csv(out, FAMILY_FIELDS, family_rows(study, family))
 
 
+def _cells_of(cells_csv: Path, by_preset: bool, relabelled: Path) -> list[dict[str, str]]:
+    """The rows of one ``lr_sensitivity.csv``, relabelled by preset if ``by_preset`` (written later to ``relabelled``)."""
+    with cells_csv.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return _by_preset(rows, cells_csv, relabelled) if by_preset else rows
+
+
+def _kept(rows: list[dict[str, str]], families: list[str] | None) -> list[dict[str, str]]:
+    """``rows`` of ``families`` only (all without), each (family, seed, lr) once; see :func:`rebuild_lrs_csv`."""
+    labels = list(dict.fromkeys(r["family"] for r in rows))
+    if families is not None:
+        if unknown := [f for f in families if f not in labels]:
+            raise ValueError(f"unknown --families {', '.join(map(repr, unknown))}; valid: {', '.join(map(repr, labels))}")
+        rows = [r for r in rows if r["family"] in families]
+    seen: set[tuple[str, str, float]] = set()
+    for r in rows:
+        cell = (r["family"], r["seed"], float(r["lr"]))
+        if cell in seen:
+            raise ValueError(f"cell family {cell[0]!r} seed {cell[1]} lr {r['lr']} is given twice: each seed once")
+        seen.add(cell)
+    return rows
+
+
 def _by_preset(rows: list[dict[str, str]], cells_csv: Path, relabelled: Path) -> list[dict[str, str]]:
-    """``rows`` with each family relabelled by its norm preset (:func:`analysis.presets.preset_of`), also written to
-    ``relabelled``; see :func:`rebuild_lrs_csv` for the errors."""
+    """``rows`` with each family relabelled by its norm preset (:func:`analysis.presets.preset_of`); see
+    :func:`rebuild_lrs_csv` for the errors."""
     if relabelled.resolve() == cells_csv.resolve():
         raise ValueError(f"--by-preset writes the relabelled cells to {relabelled}, its input: give an --out in another folder")
     names: dict[str, str] = {}
@@ -220,21 +253,22 @@ def _by_preset(rows: list[dict[str, str]], cells_csv: Path, relabelled: Path) ->
         if name in names.values():
             raise ValueError(f"families {label!r} and {next(k for k, v in names.items() if v == name)!r} both name preset {name}")
         names[label] = name
-    rows = [{**r, "family": names[r["family"]]} for r in rows]
-    write_csv(relabelled, list(rows[0]), [list(r.values()) for r in rows])
-    return rows
+    return [{**r, "family": names[r["family"]]} for r in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point of :func:`rebuild_lrs_csv`; returns the exit code (1 with ``report_lrs: error: ...``)."""
     parser = argparse.ArgumentParser(prog="report_lrs", description="rebuild lrs.csv from a report's lr_sensitivity.csv")
-    parser.add_argument("cells", type=Path, metavar="CELLS_CSV", help="a report's lr_sensitivity.csv")
-    parser.add_argument("--out", type=Path, default=None, help="output CSV (default: lrs.csv next to CELLS_CSV)")
+    parser.add_argument("cells", type=Path, nargs="+", metavar="CELLS_CSV", help="reports' lr_sensitivity.csv")
+    parser.add_argument("--out", type=Path, default=None, help="output CSV (default: lrs.csv next to the first CELLS_CSV)")
     parser.add_argument("--baseline", metavar="FAMILY", default=None, help="a family's label: the paired LRS differences")
     parser.add_argument("--by-preset", action="store_true", help="label each family by the norm preset it names (pre_ln, ...)")
+    parser.add_argument("--families", default=None, help="comma-separated family labels to keep (default: all)")
     args = parser.parse_args(argv)
+    families = None if args.families is None else args.families.split(",")
     try:
-        path = rebuild_lrs_csv(args.cells, args.out or args.cells.with_name("lrs.csv"), args.baseline, args.by_preset)
+        out = args.out or args.cells[0].with_name("lrs.csv")
+        path = rebuild_lrs_csv(args.cells, out, args.baseline, args.by_preset, families)
     except (OSError, ValueError) as e:
         print(f"report_lrs: error: {e}", file=sys.stderr)
         return 1

@@ -242,6 +242,20 @@ def write_runs(path: Path, variants: list, columns: list[Column]) -> None:
     write_csv(path, ["variant", *(key for key, _, _ in columns)], rows)
 
 
+def write_curves(path: Path, variants: list[Variant], task: TaskSpec) -> None:
+    """``curves.csv``: the data of the loss and validation charts, one row per run and step at which it logged any of
+    ``train/loss``, ``val/loss`` and ``task``'s ``val/<metric>`` (columns in that order, after ``variant, run,
+    step``; PER/WER as fractions, losses in nats; empty: not logged at that step, or non-finite)."""
+    metrics = ["train/loss", "val/loss", *(f"val/{m.key}" for m in task.metrics)]
+    rows = []
+    for variant in variants:
+        for run in variant.runs:
+            at = {m: dict(run.series.get(m, [])) for m in metrics}
+            for step in sorted({s for series in at.values() for s in series}):
+                rows.append([variant.label, run.label, step, *(_raw(at[m].get(step)) for m in metrics)])
+    write_csv(path, ["variant", "run", "step", *metrics], rows)
+
+
 def growth_html(rows: list[dict[str, object]]) -> str:
     """The depth-growth table under the depth charts: per variant (``data-growth``), each stack's growth at its first and
     last telemetry record (``data-col`` ``enc:first``, ..., ``data-value`` the mean) as ``mean ± stderr (n = k, step s)``,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import train as train_module
+from analysis.csvs import write_csv
 from analysis.load import load_runs
 from analysis.lr_panels import lr_panels
 from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, lrs_versus
@@ -465,6 +466,31 @@ def test_lrs_csv_is_rebuilt_from_lr_sensitivity_csv_alone(lr_sweep: tuple[Path, 
     assert rebuilt.read_bytes() == (tmp_path / "with" / "lrs.csv").read_bytes()
     with pytest.raises(ValueError, match=r"unknown --baseline 'norm.placement=none'; valid: .*'norm.placement=post"):
         report_lrs.rebuild_lrs_csv(out / "lr_sensitivity.csv", tmp_path / "c.csv", baseline="norm.placement=none")
+
+
+def test_report_lrs_joins_the_seeds_of_one_study_run_as_several_sweeps(tmp_path: Path) -> None:
+    # Finding (a)'s seeds 0-2 (8 families, long labels) and seeds 3-16 (2 families, short labels) as one study
+    cells = read_csv(Path(__file__).parents[1] / "docs" / "results" / "lr_sensitivity" / "lr_sensitivity.csv")
+    first = [r for r in cells if r["seed"] in ("0", "1")]
+    later = [{**r, "family": " ".join(r["family"].split()[:1])} for r in cells if r["seed"] == "2"
+             and r["family"].split()[0] in ("norm.placement=post", "norm.placement=pre") and "qk=None" in r["family"]
+             and "kind=layernorm" in r["family"]]  # fmt: skip
+    write_csv(tmp_path / "a.csv", list(cells[0]), [list(r.values()) for r in first])
+    write_csv(tmp_path / "b.csv", list(cells[0]), [list(r.values()) for r in later])
+    whole, joined = tmp_path / "whole" / "lrs.csv", tmp_path / "joined" / "lrs.csv"
+    args = ["--by-preset", "--baseline", "pre_ln", "--families", "post_ln,pre_ln"]
+    assert report_lrs.main([str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--out", str(joined), *args]) == 0
+    write_csv(tmp_path / "all.csv", list(cells[0]), [list(r.values()) for r in cells])
+    assert report_lrs.main([str(tmp_path / "all.csv"), "--out", str(whole), *args]) == 0
+    for name in ("lrs.csv", "lrs_seeds.csv"):  # as if the three seeds were one sweep's
+        assert (joined.parent / name).read_text() == (whole.parent / name).read_text(), name
+    relabelled = [sorted((d / "lr_sensitivity.csv").read_text().splitlines()) for d in (joined.parent, whole.parent)]
+    assert relabelled[0] == relabelled[1] and len(relabelled[0]) == 1 + 2 * 3 * 7  # the same cells, in file order
+    assert [r["family"] for r in read_csv(joined)] == ["post_ln", "pre_ln"] and read_csv(joined)[0]["n"] == "3"
+    with pytest.raises(ValueError, match=r"cell family 'post_ln' seed 2 lr 0.0003 is given twice"):
+        report_lrs.rebuild_lrs_csv([tmp_path / "b.csv", tmp_path / "all.csv"], tmp_path / "c" / "lrs.csv", by_preset=True)
+    with pytest.raises(ValueError, match=r"unknown --families 'pre_lm'; valid: .*'post_ln', 'pre_ln'"):
+        report_lrs.rebuild_lrs_csv(tmp_path / "b.csv", tmp_path / "d" / "lrs.csv", by_preset=True, families=["pre_lm"])
 
 
 def test_the_committed_lrs_csv_is_what_its_lr_sensitivity_csv_gives(tmp_path: Path) -> None:

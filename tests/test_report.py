@@ -2,6 +2,7 @@
 the numbers written, broken runs are listed and marked, and (marked ``browser``) the page draws in
 headless Chromium without a JavaScript error."""
 
+import csv
 import json
 import re
 import shutil
@@ -571,3 +572,20 @@ def test_an_integer_and_its_float_are_one_setting(tmp_path: Path) -> None:
                   metric_rows(1.0, seed, 0.1), finished(0.1))  # fmt: skip
     variants = group_variants(load_runs([tmp_path]))
     assert sorted((v.label, len(v.runs)) for v in variants) == [("norm.alpha_init_attn=1", 2), ("norm.alpha_init_attn=2", 1)]
+
+
+def test_curves_csv_holds_every_run_s_loss_and_validation_curves(built: tuple[Path, str]) -> None:
+    with (built[0].parent / "curves.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["variant", "run", "step", "train/loss", "val/loss", "val/per", "val/wer"]
+    (_, offset, _), seed = RUNS["norm=post_rms,seed=1"], 1
+    mine = {int(r["step"]): r for r in rows if r["run"] == "norm=post_rms,seed=1"}
+    assert sorted(mine) == STEPS  # telemetry-only steps (1) hold none of the curves: no row
+    for step, row in mine.items():
+        assert float(row["train/loss"]) == loss(offset, seed, step)
+        if step in EVAL_STEPS:
+            assert (float(row["val/loss"]), float(row["val/per"])) == (loss(offset, seed, step) + 0.2, 0.5 - step / 1000)
+        else:
+            assert row["val/loss"] == row["val/per"] == ""
+    diverged = {int(r["step"]): r for r in rows if r["run"] == "lr=1.0,seed=0"}
+    assert diverged[40]["train/loss"] == "" and float(diverged[30]["train/loss"]) == loss(1.0, 0, 30)  # None: empty
