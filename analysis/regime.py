@@ -82,7 +82,7 @@ class Regime:
     val_loss: dict[Any, float]  # seed -> final val/loss, finished runs
     saturation: dict[Any, float]  # seed -> saturation at the step
     diff: PairedDifference | None
-    rel_diff_pct: float | None
+    rel_diff: float | None  # (mean - baseline mean) / baseline mean, a fraction
 
 
 def regimes(cells: list[Cell], baseline: str) -> list[Regime]:
@@ -108,6 +108,6 @@ def regimes(cells: list[Cell], baseline: str) -> list[Regime]:
             if diff is not None and diff.n:
                 paired = [s for s in loss if s in base]
                 b = statistics.fmean(base[s] for s in paired)
-                rel = 100 * (statistics.fmean(loss[s] for s in paired) - b) / b
+                rel = (statistics.fmean(loss[s] for s in paired) - b) / b
             out.append(Regime(preset, fraction, len(mine), loss, sat, diff, rel))
     return out

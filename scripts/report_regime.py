@@ -9,8 +9,8 @@ dir; made when missing; empty field: no value; floats at full precision):
   last val/loss), ``saturation`` (the mean of its ``act/.../saturation`` at ``--step``; empty for unbounded norms);
 - ``regime.csv``: one row per preset and fraction: ``preset, train_fraction, runs, n`` (finished), ``val_loss_mean,
   saturation_mean``, and against ``--baseline`` at the same fraction ``diff_mean, diff_ci95_lo, diff_ci95_hi, pairs,
-  significant`` (paired t test over the seeds both finished) and ``rel_diff_pct`` (100 x (mean − baseline mean) /
-  baseline mean over those seeds); empty in the baseline's rows.
+  significant`` (paired t test over the seeds both finished) and ``rel_diff`` ((mean − baseline mean) / baseline
+  mean over those seeds, a fraction); empty in the baseline's rows.
 
 Prints the regime table. Exit status 2 with one line when no run is found or the baseline is not in the study.
 """
@@ -30,7 +30,7 @@ from analysis.regime import Regime, cells, regimes
 
 RUN_FIELDS = ("preset", "train_fraction", "seed", "state", "final_val_loss", "saturation")
 REGIME_FIELDS = ("preset", "train_fraction", "runs", "n", "val_loss_mean", "saturation_mean", "diff_mean", "diff_ci95_lo",
-                 "diff_ci95_hi", "pairs", "significant", "rel_diff_pct")  # fmt: skip
+                 "diff_ci95_hi", "pairs", "significant", "rel_diff")  # fmt: skip
 
 
 def _mean(values: dict) -> float | None:
@@ -45,7 +45,7 @@ def regime_row(r: Regime) -> list[object]:
     d = r.diff
     ci = d.ci95 if d is not None and d.ci95 else (None, None)
     paired = [d.mean, *ci, d.n, d.significant] if d is not None else [None] * 5
-    return [r.preset, r.fraction, r.runs, len(r.val_loss), _mean(r.val_loss), _mean(r.saturation), *paired, r.rel_diff_pct]
+    return [r.preset, r.fraction, r.runs, len(r.val_loss), _mean(r.val_loss), _mean(r.saturation), *paired, r.rel_diff]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
               [[c.preset, c.fraction, c.seed, c.state, c.val_loss, c.saturation] for c in found])  # fmt: skip
     write_csv(out / "regime.csv", REGIME_FIELDS, [regime_row(r) for r in rows])
     for r in rows:
-        vs = "" if r.diff is None else f"  vs {args.baseline}: {r.diff.mean:+.3f} ({r.rel_diff_pct:+.1f} %)" if r.diff.n else ""
+        vs = "" if r.diff is None else f"  vs {args.baseline}: {r.diff.mean:+.3f} ({100 * r.rel_diff:+.1f} %)" if r.diff.n else ""
         sat, loss = (_shown(_mean(values)) for values in (r.saturation, r.val_loss))
         print(f"fraction {r.fraction:g}  {r.preset:<10} n {len(r.val_loss)}/{r.runs}  val loss {loss}  "
               f"saturation@{args.step} {sat}{vs}")  # fmt: skip

@@ -57,11 +57,11 @@ def test_the_regime_table_against_a_hand_computation(sweep, tmp_path, capsys):
     assert float(scarce["diff_ci95_lo"]) == pytest.approx(-0.853510, abs=1e-6)
     assert float(scarce["diff_ci95_hi"]) == pytest.approx(-0.279824, abs=1e-6)
     assert scarce["significant"] == "True" and scarce["pairs"] == "3" and scarce["n"] == "3"
-    assert float(scarce["rel_diff_pct"]) == pytest.approx(100 * (1.533333 - 2.1) / 2.1, abs=1e-4)  # -26.98 %
+    assert float(scarce["rel_diff"]) == pytest.approx((1.533333 - 2.1) / 2.1, abs=1e-6)  # -26.98 %
     assert float(scarce["saturation_mean"]) == pytest.approx(0.5)  # step 100's two sites, not step 50's
     plenty = rows["pre_dyt", 1.0]  # differences 0.2, 0.1, 0.4: mean 0.2333, sd 0.1528, half-width 0.3795: covers 0
     assert float(plenty["diff_ci95_lo"]) < 0 < float(plenty["diff_ci95_hi"]) and plenty["significant"] == "False"
-    assert float(plenty["rel_diff_pct"]) == pytest.approx(100 * (1.233333 - 1.0) / 1.0, abs=1e-4)
+    assert float(plenty["rel_diff"]) == pytest.approx((1.233333 - 1.0) / 1.0, abs=1e-6)
     base = rows["pre_ln", 0.01]
     assert base["diff_mean"] == base["saturation_mean"] == "" and float(base["val_loss_mean"]) == pytest.approx(2.1)
     runs = read(tmp_path / "out" / "regime_runs.csv")
