@@ -7,7 +7,9 @@ by the norm preset it used, ``analysis.presets.preset_of``), and prints the per-
 the sd's one-sided upper confidence limit (``--level``, default 0.8) and the pairs needed for ``--power`` (default
 0.8) of the two-sided paired t test at ``--alpha`` (default 0.05) with the sd as estimated and at its upper limit.
 For finding (a) (seeds 0-2): differences 0.366, 0.079, 0.421; sd 0.183, upper limit 0.388; n 6 and 17 (the
-preset ``lr_sensitivity_seeds`` runs 17). Exit status 2 with one line on a missing file or family.
+preset ``lr_sensitivity_seeds`` runs 17). ``--out CSV`` also writes the plan as one row (``PLAN_FIELDS``: ``pairs``
+the pilot's, ``diff_mean, sd, sd_upper, n_point, n_upper``, then the targets; floats at full precision). Exit status 2
+with one line on a missing file or family.
 """
 
 import sys
@@ -19,8 +21,11 @@ import argparse
 import csv
 from pathlib import Path
 
+from analysis.csvs import write_csv
 from analysis.power import plan
 from analysis.presets import preset_of
+
+PLAN_FIELDS = ("family", "baseline", "pairs", "diff_mean", "sd", "sd_upper", "n_point", "n_upper", "power", "alpha", "level")
 
 
 def seed_lrs(rows: list[dict[str, str]], name: str) -> dict[str, float]:
@@ -41,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--level", type=float, default=0.8, help="of the sd's one-sided upper confidence limit")
+    parser.add_argument("--out", type=Path, default=None, help="also write the plan to this CSV")
     args = parser.parse_args(argv)
     try:
         with args.seeds_csv.open(newline="", encoding="utf-8") as f:
@@ -49,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         seeds = sorted(set(family) & set(baseline), key=int)
         diffs = [family[s] - baseline[s] for s in seeds]
         p = plan(diffs, args.power, args.alpha, args.level)
+        if args.out:
+            row = [args.family, args.baseline, len(diffs), *(p[k] for k in ("mean", "sd", "sd_upper", "n_point", "n_upper"))]
+            write_csv(args.out, PLAN_FIELDS, [[*row, args.power, args.alpha, args.level]])
     except (OSError, ValueError) as e:
         print(f"seeds_needed: error: {e}", file=sys.stderr)
         return 2

@@ -43,3 +43,22 @@ def test_the_study_is_the_one_fixed_before_its_runs() -> None:
     rows = {r["family"]: r for r in read_csv(SEEDS / "lrs.csv")}
     assert rows.keys() == {"post_ln", "pre_ln"} and {r["n"] for r in rows.values()} == {"17"}
     assert rows["post_ln"]["pairs"] == "17" and rows["post_ln"]["did_not_learn"] == "0"
+
+
+def test_what_the_page_says_of_the_17_seeds_holds() -> None:
+    lrs = {(r["family"], int(r["seed"])): (float(r["lrs"]), float(r["best_loss"])) for r in read_csv(SEEDS / "lrs_seeds.csv")}
+    diff = {s: lrs["post_ln", s][0] - lrs["pre_ln", s][0] for s in range(17)}
+    assert min(diff.values()) > 0  # "higher than pre-LN's in every one of the 17 seeds"
+    worst_best = sorted(range(17), key=lambda s: -lrs["post_ln", s][1])[:5]
+    assert sorted(worst_best) == sorted(sorted(diff, key=diff.get)[:5]) == [1, 3, 8, 12, 15]  # the page's five seeds
+    cells = read_csv(SEEDS / "lr_sensitivity.csv")
+
+    def losses(family: str, lr: float) -> list[float]:
+        return [float(c["capped_loss"]) for c in cells if c["family"] == family and float(c["lr"]) == lr]
+
+    assert min(losses("post_ln", 1e-2)) > max(losses("pre_ln", 1e-2))  # "at 1e-2 every post-LN run ends above"
+    plateau = [v for lr in (3e-2, 1e-1, 3e-1) for v in losses("post_ln", lr)]
+    assert len(plateau) == 3 * 17 and max(plateau) - min(plateau) < 0.01  # "above it ... one plateau"
+    for family in ("post_ln", "pre_ln"):  # "both are best at 3e-3", in the mean over seeds
+        means = {lr: sum(losses(family, lr)) / 17 for lr in (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)}
+        assert min(means, key=means.get) == 3e-3

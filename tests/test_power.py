@@ -52,8 +52,11 @@ def test_bad_input_says_what_is_wrong(call, match):
         call()
 
 
-def test_the_pilot_of_finding_a_asks_for_the_seeds_its_preset_runs(capsys):
-    assert seeds_needed.main([str(PILOT), "--family", "post_ln", "--baseline", "pre_ln"]) == 0
+def test_the_pilot_of_finding_a_asks_for_the_seeds_its_preset_runs(capsys, tmp_path):
+    out_csv = tmp_path / "seeds_needed.csv"
+    assert seeds_needed.main([str(PILOT), "--family", "post_ln", "--baseline", "pre_ln", "--out", str(out_csv)]) == 0
+    committed = ROOT / "docs" / "results" / "lr_sensitivity_seeds" / "seeds_needed.csv"  # the plan on docs/results.md
+    assert out_csv.read_text() == committed.read_text()
     out = capsys.readouterr().out
     assert "0: 0.366, 1: 0.079, 2: 0.421" in out
     assert "sd 0.183 (2 dof)" in out and "upper limit 0.388" in out
