@@ -10,7 +10,7 @@ dir; made when missing; empty field: no value; floats at full precision):
 - ``regime.csv``: one row per preset and fraction: ``preset, train_fraction, runs, n`` (finished), ``val_loss_mean,
   saturation_mean``, and against ``--baseline`` at the same fraction ``diff_mean, diff_ci95_lo, diff_ci95_hi, pairs,
   significant`` (paired t test over the seeds both finished) and ``rel_diff`` ((mean − baseline mean) / baseline
-  mean over those seeds, a fraction); empty in the baseline's rows.
+  mean over those seeds, a fraction; empty in the baseline's rows), and ``saturation_step`` (``--step``).
 
 Prints the regime table. Exit status 2 with one line when no run is found or the baseline is not in the study.
 """
@@ -30,7 +30,7 @@ from analysis.regime import Regime, cells, regimes
 
 RUN_FIELDS = ("preset", "train_fraction", "seed", "state", "final_val_loss", "saturation")
 REGIME_FIELDS = ("preset", "train_fraction", "runs", "n", "val_loss_mean", "saturation_mean", "diff_mean", "diff_ci95_lo",
-                 "diff_ci95_hi", "pairs", "significant", "rel_diff")  # fmt: skip
+                 "diff_ci95_hi", "pairs", "significant", "rel_diff", "saturation_step")  # fmt: skip
 
 
 def _mean(values: dict) -> float | None:
@@ -41,11 +41,12 @@ def _shown(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def regime_row(r: Regime) -> list[object]:
+def regime_row(r: Regime, step: int) -> list[object]:
+    """``r`` as a row of ``regime.csv`` (``REGIME_FIELDS``), its saturation read at telemetry step ``step``."""
     d = r.diff
     ci = d.ci95 if d is not None and d.ci95 else (None, None)
     paired = [d.mean, *ci, d.n, d.significant] if d is not None else [None] * 5
-    return [r.preset, r.fraction, r.runs, len(r.val_loss), _mean(r.val_loss), _mean(r.saturation), *paired, r.rel_diff]
+    return [r.preset, r.fraction, r.runs, len(r.val_loss), _mean(r.val_loss), _mean(r.saturation), *paired, r.rel_diff, step]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     found.sort(key=lambda c: (c.fraction, c.preset, str(c.seed)))
     write_csv(out / "regime_runs.csv", RUN_FIELDS,
               [[c.preset, c.fraction, c.seed, c.state, c.val_loss, c.saturation] for c in found])  # fmt: skip
-    write_csv(out / "regime.csv", REGIME_FIELDS, [regime_row(r) for r in rows])
+    write_csv(out / "regime.csv", REGIME_FIELDS, [regime_row(r, args.step) for r in rows])
     for r in rows:
         vs = "" if r.diff is None else f"  vs {args.baseline}: {r.diff.mean:+.3f} ({100 * r.rel_diff:+.1f} %)" if r.diff.n else ""
         sat, loss = (_shown(_mean(values)) for values in (r.saturation, r.val_loss))
