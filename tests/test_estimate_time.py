@@ -124,11 +124,16 @@ def test_the_sweep_table_in_the_docs_and_its_total_in_the_preset_are_what_the_to
     assert stated_times(PRESET.read_text())[2] == total
 
 
-def test_the_g2p_gpu_presets_header_states_what_the_tool_prints():
-    printed = est.table(est.estimate(["+experiment=g2p_wu2021"]), est.DEFAULT_GPU, est.DEFAULT_MFU)
-    per_run = re.search(r"all 1 run: ([\d.]+ \w+) on one H200", printed)[1]
-    header = (ROOT / "conf" / "experiment" / "g2p_wu2021.yaml").read_text()
-    assert "MFU 0.15 (assumed" in header and f"): {per_run} per run" in header
+@pytest.mark.parametrize("preset", ["g2p_wu2021", "warmup_depth_long"])
+def test_the_gpu_presets_headers_state_what_the_tool_prints(preset):
+    estimates = est.estimate([f"+experiment={preset}"])
+    printed = est.table(estimates, est.DEFAULT_GPU, est.DEFAULT_MFU)
+    total = re.search(r"all (\d+) runs?: ([\d.]+ \w+) on one H200", printed)
+    per_run = re.findall(r"\| ([\d.]+ \w+) \| [\d.]+ \w+ \|\n", printed)  # each row's "per run" column
+    header = (ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text()
+    assert "MFU 0.15 (assumed" in header and len(set(per_run)) == 1 and f": {per_run[0]} per run" in header
+    if total[1] != "1":  # a sweep also states its total
+        assert f"{per_run[0]} per run, {total[2]} for all {total[1]}," in header
 
 
 @pytest.mark.parametrize("hc", ["dynamic", "mhc"])
