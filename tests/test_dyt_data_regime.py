@@ -2,9 +2,9 @@
 from the committed per-run ``regime_runs.csv`` (the run directories are not committed), and the study is the preset's:
 every norm, fraction and seed, every run finished."""
 
-import csv
 from pathlib import Path
 
+from analysis.csvs import write_csv
 from analysis.regime import Cell, regimes
 from scripts.report_regime import REGIME_FIELDS, RUN_FIELDS, regime_row
 from tests.test_lr_sensitivity_seeds import sweep_params
@@ -24,10 +24,7 @@ def cells() -> list[Cell]:
 
 
 def test_regime_csv_is_what_analysis_regime_gives_from_the_runs(tmp_path: Path) -> None:
-    with (tmp_path / "regime.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(REGIME_FIELDS)
-        writer.writerows(regime_row(r, 100) for r in regimes(cells(), "pre_ln"))
+    write_csv(tmp_path / "regime.csv", REGIME_FIELDS, [regime_row(r, 100) for r in regimes(cells(), "pre_ln")])
     assert (tmp_path / "regime.csv").read_text() == (STUDY / "regime.csv").read_text()
 
 
