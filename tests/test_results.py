@@ -100,12 +100,13 @@ def conf_values(experiment: str, rows: list[list[str]]) -> list[float]:
     """The numbers of a ``conf:`` table, asserting each value is the preset's (a swept key: its sweep values)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[experiment], return_hydra_config=True)
-    swept = cfg.hydra.sweeper.params
+    swept = cfg.hydra.sweeper.params or {}  # a preset that is not a sweep (g2p_baseline) has none
     values = []
     for key, shown in ((k.strip("`"), v) for k, v in rows[1:]):
         actual = swept[key] if key in swept else OmegaConf.select(cfg, key, throw_on_missing=True)
         assert actual is not None, f"{experiment}: no key {key!r}"
-        want = [s.strip() for s in str(actual).split(",")]
+        text = str(actual).lower() if isinstance(actual, bool) else str(actual)  # YAML's spelling: false, not False
+        want = [s.strip() for s in text.split(",")]
         got = [s.strip() for s in shown.split(",")]
         assert len(got) == len(want), f"{experiment} {key}: {shown!r} vs {actual!r}"
         for g, w in zip(got, want, strict=True):
