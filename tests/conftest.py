@@ -29,10 +29,16 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+def compose_conf(*overrides: str, hydra: bool = False) -> DictConfig:
+    """conf/config.yaml composed with ``overrides`` (later wins); ``hydra``: with the ``hydra`` node (a preset's
+    ``hydra.sweeper.params``)."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+
+
 def make_cfg(*overrides: str) -> DictConfig:
     """conf/config.yaml composed with the tiny test settings and ``overrides`` (later wins)."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=[*TINY, *overrides])
+    return compose_conf(*TINY, *overrides)
 
 
 def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from tests.conftest import compose_conf
 from tests.test_lrs import read_csv
 from tests.test_results import sections
 
@@ -19,11 +19,6 @@ STUDY = ROOT / "docs" / "results" / "g2p_baseline"
 DEFAULT = STUDY / "default_recipe"
 RUNS = {STUDY: ["+experiment=g2p_baseline", "logger=none"], DEFAULT: []}  # report folder: its command's overrides
 (SECTION,) = [s for s in sections() if s.startswith("## The G2P baseline")]
-
-
-def composed(overrides: list[str]) -> dict:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
 
 
 def config(folder: Path) -> dict:
@@ -44,7 +39,7 @@ def flat(tree: dict, prefix: str = "") -> dict[str, object]:
 
 @pytest.mark.parametrize("folder", RUNS, ids=lambda f: f.name)
 def test_each_report_is_one_finished_run_of_its_recipe(folder: Path) -> None:
-    cfg = composed(RUNS[folder])
+    cfg = OmegaConf.to_container(compose_conf(*RUNS[folder]), resolve=True)
     assert config(folder) == cfg
     (run,) = read_csv(folder / "runs.csv")
     status = json.loads((folder / "status.json").read_text())

@@ -5,9 +5,9 @@ and the study is the one fixed before its runs: the preset's seeds, every LR of 
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from scripts import report_lrs
+from tests.conftest import compose_conf
 from tests.test_lrs import read_csv
 
 ROOT = Path(__file__).parents[1]
@@ -20,9 +20,8 @@ ARGS = ["--by-preset", "--families", "post_ln,pre_ln", "--baseline", "pre_ln"]
 
 def sweep_params(experiment: str) -> dict[str, list[str]]:
     """The swept keys of ``+experiment=<experiment>`` and their values."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"+experiment={experiment}"], return_hydra_config=True)
-    return {key: str(value).split(",") for key, value in cfg.hydra.sweeper.params.items()}
+    params = compose_conf(f"+experiment={experiment}", hydra=True).hydra.sweeper.params
+    return {key: str(value).split(",") for key, value in params.items()}
 
 
 @pytest.mark.parametrize("inputs, folder", [((FIRST, LATER), "."), ((LATER,), "new_seeds_only")])

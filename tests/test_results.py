@@ -25,8 +25,9 @@ import re
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+
+from tests.conftest import compose_conf
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -98,8 +99,7 @@ def csv_values(path: str, keys: list[str], rows: list[list[str]]) -> list[float]
 
 def conf_values(experiment: str, rows: list[list[str]]) -> list[float]:
     """The numbers of a ``conf:`` table, asserting each value is the preset's (a swept key: its sweep values)."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[experiment], return_hydra_config=True)
+    cfg = compose_conf(experiment, hydra=True)
     swept = cfg.hydra.sweeper.params or {}  # a preset that is not a sweep (g2p_baseline) has none
     values = []
     for key, shown in ((k.strip("`"), v) for k, v in rows[1:]):
