@@ -45,19 +45,22 @@ class Side:
     csv: str
     where: tuple[tuple[str, object], ...]
 
-    def label(self, default_csv: str) -> str:
-        """``column=value`` pairs, with the CSV's path first when it is not the claim's own."""
-        text = " ".join(f"{k}={v}" for k, v in self.where)
+    def label(self, default_csv: str, skip: tuple[str, ...] = ()) -> str:
+        """``column=value`` pairs (but the columns in ``skip``), with the CSV's path first when it is not the claim's
+        own."""
+        text = " ".join(f"{k}={v}" for k, v in self.where if k not in skip)
         return text if self.csv == default_csv else f"{self.csv}: {text}"
 
 
 @dataclass(frozen=True)
 class Contrast:
-    """arm minus baseline, or arm minus the number ``against``."""
+    """arm minus baseline, or arm minus the number ``against``; ``at``: the selector both sides share (already in
+    each side's ``where``; kept to write the contrast once)."""
 
     arm: Side
     baseline: Side | None
     against: float | None
+    at: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,8 @@ def _contrast(raw: dict, csv: str, here: str, allow_against: bool) -> Contrast:
     if has_against and (isinstance(against, bool) or not isinstance(against, int | float)):
         raise ClaimsError(f"{here}: against is {against!r}; valid: a number")
     baseline = _side(raw["baseline"], at, csv, here, "baseline") if has_baseline else None
-    return Contrast(_side(raw["arm"], at, csv, here, "arm"), baseline, None if against is None else float(against))
+    arm = _side(raw["arm"], at, csv, here, "arm")
+    return Contrast(arm, baseline, None if against is None else float(against), tuple(at.items()))
 
 
 def _side(raw: object, at: dict, csv: str, here: str, name: str) -> Side:

@@ -62,13 +62,14 @@ def section_block(claims: ClaimsFile, verdicts: list[Verdict], root: Path) -> st
     link = _link(claims, root)
     if claims.reference is not None and not claims.claims:
         return f"Reference point, no verdict ({link}): {claims.reference}\n"
-    families = {}
-    for v in verdicts:
-        families[v.claim.family] = v.m
+    families = {v.claim.family: v.m for v in verdicts}
     sizes = "; ".join(f"family `{f}`: {m} comparison{'s' * (m != 1)}" for f, m in families.items())
     seeds = ", ".join(map(str, claims.seeds))
-    head = (f"Computed by `python -m scripts.verdicts` from {link} (written {claims.written}; seeds {seeds}; "
-            f"alpha {claims.alpha:g}). {sizes[0].upper()}{sizes[1:]}; Holm-corrected within each family.\n\n")  # fmt: skip
+    if all(c.contrast is None for c in claims.claims):
+        head = f"From {link} (written {claims.written}): no per-seed rows, so no interval and no Holm correction.\n\n"
+    else:
+        head = (f"Computed by `python -m scripts.verdicts` from {link} (written {claims.written}; seeds {seeds}; "
+                f"alpha {claims.alpha:g}). {sizes[0].upper()}{sizes[1:]}; Holm-corrected within each family.\n\n")  # fmt: skip
     ci = f"{100 * (1 - claims.alpha):g} % CI"
     header = [c.format(ci=ci) for c in COLUMNS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -119,9 +120,11 @@ def _contrast_text(c) -> str:
 
 
 def _one(contrast, csv: str) -> str:
-    arm = f"`{contrast.arm.label(csv)}`"
-    other = f"{contrast.against:g}" if contrast.baseline is None else f"`{contrast.baseline.label(csv)}`"
-    return f"{arm} − {other}"
+    """``arm`` − ``baseline`` (or − the number), then `` at `` the setting both share."""
+    skip = tuple(k for k, _ in contrast.at)
+    other = f"{contrast.against:g}" if contrast.baseline is None else f"`{contrast.baseline.label(csv, skip)}`"
+    at = f" at `{' '.join(f'{k}={v}' for k, v in contrast.at)}`" if contrast.at else ""
+    return f"`{contrast.arm.label(csv, skip)}` − {other}{at}"
 
 
 def _interval(ci: tuple[float, float]) -> str:
