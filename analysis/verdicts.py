@@ -67,7 +67,7 @@ def judge(claims: ClaimsFile, root: Path) -> list[Verdict]:
     """The verdict of every claim of ``claims``, in its order; CSV paths are under ``root`` (docs/results/).
 
     Raises:
-        ClaimsError: a CSV or column that does not exist, a selector matching more than one row for a pair, a seed
+        ClaimsError: a CSV or column that does not exist, a selector matching no row or more than one for a pair, a seed
             missing from a side, a metric value that is not a finite number (in a file written after the runs; in a
             file written before them a missing CSV, selector match or seed is ``not yet run`` instead).
     """
@@ -160,6 +160,9 @@ def _values(claim: Claim, side: Side, claims: ClaimsFile, root: Path, tables: di
         if rows and column not in columns:
             raise ClaimsError(f"{here}: {side.csv} has no column {column!r}; valid: {', '.join(rows[0])}")
     chosen = [r for r in rows if all(_equal(r[k], v) for k, v in side.where)]
+    if not chosen and rows and not claims.before:
+        valid = "; ".join(f"{k}: {', '.join(sorted({r[k] for r in rows}))}" for k, _ in side.where)
+        raise ClaimsError(f"{here}: {side.label(claim.csv)} matches no row of {side.csv}; valid values there: {valid}")
     by_pair: dict[str, dict[str, str]] = {}
     for row in chosen:
         if row[claim.pair_by] in by_pair:
