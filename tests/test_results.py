@@ -11,7 +11,8 @@ are stored as fractions); a cell may hold the text "diverged", "did not learn" o
 A run's set-up follows a marker ``<!-- conf: +experiment=<name> -->``: a two-column table (key, value) whose every
 value must be the experiment preset's (a swept key: the sweep's values, comma-separated).
 
-Prose. Every other number on the page (outside code, links and HTML comments) must be one of the values the tables of
+Prose. Every other number on the page (outside code, links, HTML comments and the generated verdict blocks, which
+``tests/test_claims.py`` recomputes) must be one of the values the tables of
 its own section check (a CSV value or a set-up value; the summary above the first section: any table's), to the
 decimals it shows: as it is, as a magnitude (a difference written "0.14
 lower"), or, followed by "%" or "points", times 100 (PER is stored as a fraction). An integer without "%" must match
@@ -43,6 +44,7 @@ CITATION = re.compile(
     r"(?:et al\.,? |[A-Z][\w-]+ |\()(?:19|20)\d\d\b|arXiv \d{4}\.\d{4,5}|§\s?\d+(?:\.\d+)*|Fig\. \d+|Lemma \d+|issue \d+"
     r"|ViT-22B|GPT-2|IWSLT ?1[47]|WMT ?14|De-En|Peri-LN|Mix-LN|\bL\d\b|\(\d\)|95 %\s(?:CI|confidence)"
 )
+VERDICT_BLOCK = r"<!-- verdicts: \S+ -->.*?<!-- /verdicts -->"  # generated: tests/test_claims_page.py recomputes it
 PROSE_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?(?:e[+-]?\d+)?)(?![\w])(\s?%|\s?points?)?")
 
 
@@ -126,7 +128,7 @@ def checked_values(text: str) -> list[float]:
 def prose(text: str) -> str:
     """``text`` without its checked tables, code, HTML comments, link targets and citation forms."""
     text = CONF_MARKER.sub("", CSV_MARKER.sub("", text))
-    for pattern in (r"```.*?```", r"`[^`]*`", r"<!--.*?-->", r"\]\([^)]*\)", r"\[results/[^\]]*\]"):
+    for pattern in (VERDICT_BLOCK, r"```.*?```", r"`[^`]*`", r"<!--.*?-->", r"\]\([^)]*\)", r"\[results/[^\]]*\]"):
         text = re.sub(pattern, " ", text, flags=re.S)
     return CITATION.sub(" ", text)
 
