@@ -61,7 +61,7 @@ def test_a_difference_of_differences_pairs_by_seed_and_skips_unfinished_runs(tmp
     metric: loss
     arm: {arm: bn, max_tokens: 256}
     baseline: {arm: ln, max_tokens: 256}
-    minus: {arm: {arm: bn, max_tokens: 1024}, baseline: {arm: ln, max_tokens: 1024}}
+    minus: {arm: {arm: bn, max_tokens: 1024.0}, baseline: {arm: ln, max_tokens: 1024}}  # 1024.0 selects "1024"
 """
     code, (row,) = run(tmp_path, spec)
     assert code == 0 and row["pairs"] == "3" and row["rel_diff"] == ""
