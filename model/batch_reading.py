@@ -95,8 +95,9 @@ def buffers_kept(model: nn.Module) -> Iterator[None]:
 
 @contextmanager
 def batch_statistics(model: nn.Module) -> Iterator[None]:
-    """Within the context, every :class:`BatchReadingNorm` of ``model`` normalizes with the statistics of the batch
-    it is given (its training mode) while the rest of the model keeps its mode (call it in eval mode: no dropout),
+    """Within the context, every :class:`BatchReadingNorm` of ``model`` runs its training-mode forward (BatchNorm: the
+    statistics of the batch it is given; PowerNorm: the batch's within its warmup, ``running_phi`` after it) while
+    the rest of the model keeps its mode (call it in eval mode: no dropout),
     and reads this process's tokens only (``group`` None: the caller may be one rank alone, as validation is).
     Each norm's mode and group come back on exit; the buffers its forward passes update do not: wrap each pass in
     :func:`buffers_kept`."""

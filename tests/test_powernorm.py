@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from data.batching import Seq2SeqData, collate
 from model.config import ModelConfig, NormConfig
 from model.kinds import BATCH_READING_KINDS, NORM_KINDS
 from model.norms import BatchReadingNorm, LayerNorm, build_norm
@@ -20,6 +21,7 @@ from model.powernorm import GROUP_SCALING_EPS, PowerNorm, group_scale
 from model.transformer import EncoderDecoder
 from runlog.renames import with_current_names
 from tests.conftest import ROOT, make_cfg, model_config
+from training.evaluate import evaluate_loss
 from training.schema import validate
 
 EXPECTED = torch.load(ROOT / "tests" / "expected" / "powernorm_official.pt")
@@ -213,6 +215,26 @@ def test_a_tiny_model_with_powernorm_in_the_encoder_trains_and_decodes():
     model.eval()
     with torch.no_grad():  # eval: running statistics, each sentence alone gives what the batch gives
         torch.testing.assert_close(model(src[1:2], tgt[1:2, :-1]), model(src, tgt[:, :-1])[1:2], atol=2e-5, rtol=0)
+
+
+def test_val_loss_with_batch_statistics_uses_the_running_statistic_after_the_warmup():
+    # val/loss_batch_stats runs PowerNorm in training mode: one more iteration (its buffers put back after). While that
+    # iteration is within warmup_iters it divides by the batch's statistic; after, by running_phi, as eval mode does.
+    torch.manual_seed(0)
+    norm = NormConfig(blocks=[{"stack": "enc", "kind": "powernorm"}], powernorm_warmup=2)
+    sizes = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_enc_layers": 1, "n_dec_layers": 1}
+    model = EncoderDecoder(ModelConfig(src_vocab=12, tgt_vocab=12, pad_id=0, dropout=0.0, norm=norm, **sizes))
+    data = Seq2SeqData([[5, 6, 7], [8, 9], [5, 9, 9, 6]] * 4, [[4, 5], [6, 7, 8], [9]] * 4)
+    other = Seq2SeqData([[7, 7, 3, 11], [10, 4]] * 3, [[4, 5], [6]] * 3)  # not the validation words: another statistic
+    first = collate(other, list(range(len(other))))
+    cpu = torch.device("cpu")
+    gaps = []
+    for _ in range(2):
+        with torch.no_grad():
+            model(first.src, first.tgt_in)  # a training-mode iteration: iters 1, then 2 (= warmup_iters)
+        gaps.append(evaluate_loss(model, data, 64, cpu, batch_stats=True) - evaluate_loss(model, data, 64, cpu))
+    assert abs(gaps[0]) > 1e-4  # iteration 2 <= warmup_iters: the batch's statistic
+    assert gaps[1] == 0.0  # iteration 3 > warmup_iters: running_phi, the eval-mode loss exactly
 
 
 def test_the_pre_pn_preset_is_powernorm_in_the_encoder_and_layernorm_in_the_whole_decoder():

@@ -31,6 +31,7 @@ SCRIPTS = (
     "seeds_needed",
     "report_regime",
     "verdicts",
+    "report_contrasts",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 

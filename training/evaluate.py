@@ -30,10 +30,12 @@ def evaluate_loss(
     """Mean cross-entropy per target token (nats, no label smoothing) over ``data``, batched as training batches
     (``make_batches`` under ``max_tokens``), the model in eval mode.
 
-    With ``batch_stats``, the batch-reading norms (BatchNorm, PowerNorm) normalize each batch by its own statistics,
-    as in training, instead of their running ones (``model.batch_reading.batch_statistics``; dropout stays off, so
-    the difference from the plain loss is the statistics' alone: the train/eval gap of ``val/loss_batch_stats``).
-    Their buffers are restored after every batch, so each batch sees the ones training left.
+    With ``batch_stats``, the batch-reading norms (BatchNorm, PowerNorm) run their training-mode forward
+    (``model.batch_reading.batch_statistics``; dropout stays off, so the difference from the plain loss is the
+    statistics' alone: the train/eval gap of ``val/loss_batch_stats``): BatchNorm normalizes each batch by its own
+    statistics; PowerNorm does so only while that forward is within its warmup (its ``iters`` + 1 <= ``warmup_iters``)
+    and after it divides by ``running_phi``, as its training forward does, so its gap is then 0.0 exactly. Their
+    buffers are restored after every batch, so each batch sees the ones training left.
     """
     was_training = model.training
     model.eval()
