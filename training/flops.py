@@ -23,7 +23,8 @@ forward:
     mhc:      2 n^2 (n+2) D + 2 n^2 D            (x' phi^T, A^T H)
 
 and mhc's head, per token at each stack's end: 2 n^2 D (x' phi_head^T); the static and dynamic merge is a sum.
-Sinkhorn, the sigmoids and the gating products are elementwise, left out as the norms are.
+Sinkhorn, the sigmoids, the gating products and mHC's weighted sums sum_k a_m[k] H_k (its sublayers' and its
+head's, run as a product and a sum) are elementwise, left out as the norms are: at most 2 n D per token each.
 
 MFU = model FLOPs per second / the device's peak dense bf16 FLOP/s (PaLM, App. B).
 
