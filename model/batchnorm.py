@@ -16,7 +16,7 @@ state dict moves between them.
 """
 
 import torch
-import torch.distributed.nn.functional as dist_fn
+import torch.distributed._functional_collectives as funcol
 from torch import nn
 
 from model.batch_reading import BatchReadingNorm, wide
@@ -43,6 +43,14 @@ def _compared(
     return {"mean": (mean, norm.running_mean.to(mean.dtype)), "var": (var, norm.running_var.to(var.dtype))}
 
 
+def _summed(t: torch.Tensor, group: torch.distributed.ProcessGroup) -> torch.Tensor:
+    """t summed over the ranks of ``group``, differentiable: the gradient of each rank's t is the sum of the
+    output gradients of every rank. torch's functional collective (``torch.distributed.nn.functional``'s
+    ``all_reduce``, the same rule, is deprecated in torch 2.13 with a FutureWarning naming this one); waited
+    on here, so the caller gets a plain tensor."""
+    return funcol.wait_tensor(funcol.all_reduce(t, "sum", group))
+
+
 def _scatter(x: torch.Tensor, keep: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """(B, L, D) zeros in x's dtype with the rows y (N, D) at the N positions where ``keep`` is True."""
     return x.new_zeros(x.shape).index_put((keep,), y.to(x.dtype))
@@ -54,7 +62,8 @@ class BatchNorm(BatchReadingNorm):
 
     Training mode: mean and biased variance (divided by N) per channel over the N real tokens of every rank
     of ``group`` (token-weighted: a rank with more real tokens counts for more, as if the ranks' batches were
-    one), through ``torch.distributed.nn.functional.all_reduce``, so gradients flow to every rank's tokens;
+    one), through ``torch.distributed._functional_collectives.all_reduce`` (sum; its backward sums the output
+    gradients over the group, the autograd rule torch 2.13 registers), so gradients flow to every rank's tokens;
     ``y = (x - mean) / sqrt(var + eps) * weight + bias``; the running buffers are updated as
     ``nn.BatchNorm1d`` updates them (module docstring). Eval mode: the running mean and variance instead.
     Computed in float32 (float64 inputs: float64), cast back to x's dtype.
@@ -94,14 +103,14 @@ class BatchNorm(BatchReadingNorm):
         over the group, as one process would compute them on the ranks' tokens together."""
         n, sums = xr.shape[0], xr.sum(0)  # N, (D,): this rank's count (on the host: no sync) and channel sums
         if self.group is not None:  # one collective for the sums and the count, which the check reads on the host
-            total = dist_fn.all_reduce(torch.cat([sums, xr.new_tensor([n])]), group=self.group)
+            total = _summed(torch.cat([sums, xr.new_tensor([n])]), self.group)
             sums, n = total[:-1], int(total[-1].item())
         _check_count(n)  # the same total on every rank: all raise together, none waits in a collective
         mean = sums / n
         xc = xr - mean  # (N, D), the output's too: one subtraction (and one backward through it), not two
         squares = xc.pow(2).sum(0)
         if self.group is not None:
-            squares = dist_fn.all_reduce(squares, group=self.group)
+            squares = _summed(squares, self.group)
         var = squares / n
         with torch.no_grad():  # the update nn.BatchNorm1d makes (ATen's batch_norm_cpu_update_stats_template)
             unbiased = var * (n / (n - 1))

@@ -10,7 +10,7 @@ from torch import nn
 from model.config import ModelConfig, NormConfig, NormSpec
 from model.norms import DERF_ALPHA_INIT, DERF_SHIFT_INIT, DYT_ALPHA_INIT, Derf, DyT, build_norm
 from model.transformer import EncoderDecoder
-from tests.conftest import make_cfg
+from tests.conftest import make_cfg, model_config
 from training.optim import build_optimizer
 
 # ``python -m scripts.derf_reference``: the official ``Dynamic_erf`` (zlab-princeton/Derf 8dd9ea3,
@@ -132,6 +132,20 @@ def test_learned_embed_scale_starts_at_sqrt_d_model_and_learns_without_weight_de
     assert all(p.grad is not None and p.grad.abs().item() > 0 for p in scales.values())
     groups = build_optimizer(learned, 1e-3, (0.9, 0.98), 0.01, 1e-9).param_groups
     assert all(any(p is q for q in groups[1]["params"]) for p in scales.values()) and groups[1]["weight_decay"] == 0.0
+
+
+def test_pre_dyt_lm_decays_no_1d_parameter_unlike_the_official_lm_recipe():
+    # DyT's LLaMA script decays every parameter (AdamW(model.parameters(), weight_decay=0.1)); normlab keeps its rule
+    # (docs/norms.md): its alphas, gains, biases and learned embedding scales are in the no-decay group.
+    model = EncoderDecoder(model_config(make_cfg("norm=pre_dyt_lm"), 20, 20))
+    decay, no_decay = build_optimizer(model, 1e-3, (0.9, 0.98), 0.1, 1e-9).param_groups
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+    names = {id(p): n for n, p in model.named_parameters()}
+    kept = [names[id(p)] for p in no_decay["params"]]
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    dyts = [n for n, m in model.named_modules() if isinstance(m, DyT)]
+    assert len(dyts) == 2 * 2 + 3 * 2 + 2  # tiny: every sublayer's pre-norm and both final norms
+    assert {f"{d}.{p}" for d in dyts for p in ("alpha", "weight", "bias")} | {"src_embed.scale", "tgt_embed.scale"} <= set(kept)
 
 
 @pytest.mark.parametrize(

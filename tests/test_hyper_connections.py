@@ -184,6 +184,30 @@ def test_hc_gain_telemetry_records_each_stacks_composite_gain_over_real_tokens()
     assert HyperConnectionStats(model, stats).hooks(src_pad, tgt_pad) == []
 
 
+SUBLAYERS = [f"encoder.{i}.{s}" for i in (0, 1) for s in ("self_attn", "ffn")]
+SUBLAYERS += [f"decoder.{i}.{s}" for i in (0, 1) for s in ("self_attn", "cross_attn", "ffn")]
+
+
+@pytest.mark.parametrize(("hc", "decayed", "merge_decayed"), [
+    ("static", [], []),
+    ("dynamic", ["alpha_fn", "beta_fn"], []),  # W_a and W_b, the same role (training/optim.py)
+    ("mhc", ["fn"], ["enc_streams_merge.fn", "dec_streams_merge.fn"]),  # phi; base and scale are its biases, gains
+])  # fmt: skip
+def test_weight_decay_reaches_the_hc_projections_only(hc, decayed, merge_decayed):
+    from training.optim import build_optimizer
+
+    model = build(hc)
+    decay, no_decay = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9).param_groups
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+    in_decay = {id(p) for p in decay["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in in_decay and (".hc." in n or "streams_merge" in n)}
+    assert names == {f"{s}.hc.{name}" for s in SUBLAYERS for name in decayed} | set(merge_decayed)
+    hc_params = {n for n, _ in model.named_parameters() if ".hc." in n or "streams_merge" in n}
+    kept = {"static": {"static_alpha", "static_beta"}, "mhc": {"base", "scale"},
+            "dynamic": {"static_alpha", "static_beta", "alpha_scale", "beta_scale", "norm.weight", "norm.bias"}}[hc]  # fmt: skip
+    assert {n.split(".hc.")[-1].split("streams_merge.")[-1] for n in hc_params - names} == kept
+
+
 def test_static_mixing_gets_no_weight_decay_and_the_log_note_counts_hc_parameters():
     from training.optim import build_optimizer
     from training.run import hyper_connection_note

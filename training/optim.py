@@ -17,6 +17,11 @@ def hyper_connection_gains(model: nn.Module) -> list[nn.Parameter]:
     return [m.static_alpha for m in model.modules() if isinstance(m, HyperConnection)]
 
 
+def hyper_connection_projections(model: nn.Module) -> list[nn.Parameter]:
+    """The W_b (D,) of every dynamic hyper-connection of ``model``: 1-D, yet a projection like W_a."""
+    return [m.beta_fn for m in model.modules() if isinstance(m, HyperConnection) and m.dynamic]
+
+
 def build_optimizer(
     model: nn.Module, lr: float, betas: tuple[float, float], weight_decay: float, eps: float
 ) -> torch.optim.AdamW:
@@ -32,11 +37,20 @@ def build_optimizer(
     (under AdamW an update's size does not follow the gradient's scale, so the angle it turns v / ||v|| by
     grows as lr / ||v||; Salimans & Kingma 2016, arXiv 1602.07868, sec. 2.1, make the SGD form of the point).
     Hyper-connections' static weights [a_m | A] (``model.hyper_connections``), a matrix initialized at
-    [e_k | I], get none either: decay would pull the residual path itself toward zero.
+    [e_k | I], get none either: decay would pull the residual path itself toward zero. Their projections are
+    decayed, as every matrix is: dynamic HC's W_a (``alpha_fn``, (D, 1+n)) and its W_b (``beta_fn``), 1-D only
+    because it makes one weight per stream (b) where W_a makes 1+n ([a_m | A]): the same role, LN(H) W through
+    tanh, so the same decay; and mHC's phi (``fn``, of each sublayer and of the stack's head). What scales or
+    shifts the mixing weights gets none, as norm gains and biases get none: dynamic HC's s_a, s_b (scalars) and
+    static b, and mHC's ``base`` (b_pre, b_post, b_res: the biases of its logits) and ``scale`` (alpha_pre,
+    alpha_post, alpha_res: their gains); decaying them would pull mHC's gates toward sigmoid(0) and A toward the
+    uniform matrix whatever the data says.
     """
     gains = {id(p) for p in weight_norm_gains(model)} | {id(p) for p in hyper_connection_gains(model)}
-    decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in gains]
-    no_decay = [p for p in model.parameters() if p.dim() < 2 or id(p) in gains]
+    projections = {id(p) for p in hyper_connection_projections(model)}
+    decayed = [(p.dim() >= 2 and id(p) not in gains) or id(p) in projections for p in model.parameters()]
+    decay = [p for p, d in zip(model.parameters(), decayed, strict=True) if d]
+    no_decay = [p for p, d in zip(model.parameters(), decayed, strict=True) if not d]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     fused = all(p.is_cuda for p in model.parameters())
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
