@@ -30,6 +30,7 @@ SCRIPTS = (
     "estimate_time",
     "seeds_needed",
     "report_regime",
+    "provenance",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 
