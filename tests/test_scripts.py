@@ -32,6 +32,7 @@ SCRIPTS = (
     "report_regime",
     "verdicts",
     "report_contrasts",
+    "provenance",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 
