@@ -8,8 +8,9 @@ A claim: ``id``, ``claim`` (one sentence), ``source``, ``family`` (the claims of
 together for multiplicity), ``direction`` (``lower``: the arm below the baseline; ``higher``; ``none``: a control,
 no difference expected), and how it is measured: ``csv`` (under docs/results/), ``metric`` (its column), ``pair_by``
 (the column pairing the rows, e.g. ``seed``), ``arm`` and ``baseline``: column=value selectors of that CSV's rows (a
-selector may name its own ``csv``). The contrast is arm minus baseline. Optional: ``at`` (a selector both sides
-share, e.g. ``{max_tokens: 256}``), ``against`` (a number instead of ``baseline``: a one-sample contrast),
+selector may name its own ``csv``; how one matches and how the pairs are read: :mod:`analysis.selection`). The
+contrast is arm minus baseline. Optional: ``at`` (a selector both sides share, e.g. ``{max_tokens: 256}``),
+``against`` (a number instead of ``baseline``: a one-sample contrast),
 ``minus`` (``{arm:, baseline:, at:}``: a second arm-minus-baseline subtracted, a difference of differences),
 ``about_failure: true`` (the claim is about failing, so a run that did not learn or finish is compared by its metric
 instead of stopping the verdict), ``judged`` (a sentence saying how the finding is judged when no per-seed rows
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from analysis.selection import Contrast, SelectionError, keys, mapping, parse_contrast, parse_minus
+
 WRITTEN = ("before the runs", "after the runs")
 DIRECTIONS = ("lower", "higher", "none")
 TOP_KEYS = ("section", "written", "seeds", "alpha", "claims", "reference")
@@ -31,36 +34,10 @@ CLAIM_KEYS = ("id", "claim", "source", "family", "csv", "metric", "pair_by", "ar
               "at", "against", "about_failure", "judged")  # fmt: skip
 CLAIM_REQUIRED = ("id", "claim", "source", "family", "direction")
 MEASURED_REQUIRED = ("csv", "metric", "pair_by", "arm")  # and baseline or against
-MINUS_KEYS = ("arm", "baseline", "at")
 
 
-class ClaimsError(ValueError):
+class ClaimsError(SelectionError):
     """A claims file that cannot be judged; the message is one line naming the file, claim, value and choices."""
-
-
-@dataclass(frozen=True)
-class Side:
-    """The rows of ``csv`` (a path under docs/results/) whose columns equal ``where``'s values."""
-
-    csv: str
-    where: tuple[tuple[str, object], ...]
-
-    def label(self, default_csv: str, skip: tuple[str, ...] = ()) -> str:
-        """``column=value`` pairs (but the columns in ``skip``), with the CSV's path first when it is not the claim's
-        own."""
-        text = " ".join(f"{k}={v}" for k, v in self.where if k not in skip)
-        return text if self.csv == default_csv else f"{self.csv}: {text}"
-
-
-@dataclass(frozen=True)
-class Contrast:
-    """arm minus baseline, or arm minus the number ``against``; ``at``: the selector both sides share (already in
-    each side's ``where``; kept to write the contrast once)."""
-
-    arm: Side
-    baseline: Side | None
-    against: float | None
-    at: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,9 +97,16 @@ def load_claims(path: Path) -> ClaimsFile:
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ClaimsError(f"{path}: not valid YAML at {at}{problem}; valid: YAML (quote a value holding ': ')") from None
+    try:
+        return _file(data, Path(path))
+    except SelectionError as err:  # the selectors' errors (analysis.selection), as this module's
+        raise err if isinstance(err, ClaimsError) else ClaimsError(str(err)) from None
+
+
+def _file(data: object, path: Path) -> ClaimsFile:
     where = f"{path}"
-    _mapping(data, where, "the file")
-    _keys(data, TOP_KEYS, TOP_REQUIRED, where)
+    mapping(data, where, "the file")
+    keys(data, TOP_KEYS, TOP_REQUIRED, where)
     _choice(data["written"], WRITTEN, where, "written")
     seeds = data["seeds"]
     if not isinstance(seeds, list) or not seeds:
@@ -136,14 +120,14 @@ def load_claims(path: Path) -> ClaimsFile:
     ids = [c.id for c in claims]
     if len(set(ids)) != len(ids):
         raise ClaimsError(f"{where}: claim id {next(i for i in ids if ids.count(i) > 1)!r} is repeated; ids are unique")
-    return ClaimsFile(Path(path), str(data["section"]), data["written"], tuple(seeds), float(alpha), claims,
+    return ClaimsFile(path, str(data["section"]), data["written"], tuple(seeds), float(alpha), claims,
                       data.get("reference"))  # fmt: skip
 
 
 def _claim(raw: object, where: str, index: int) -> Claim:
-    _mapping(raw, where, f"claim {index}")
+    mapping(raw, where, f"claim {index}")
     here = f"{where}: claim {raw.get('id', index)!r}"
-    _keys(raw, CLAIM_KEYS, CLAIM_REQUIRED, here)
+    keys(raw, CLAIM_KEYS, CLAIM_REQUIRED, here)
     _choice(raw["direction"], DIRECTIONS, here, "direction")
     common = {k: str(raw[k]) for k in ("id", "claim", "source", "family", "direction")}
     if "judged" in raw:
@@ -152,54 +136,13 @@ def _claim(raw: object, where: str, index: int) -> Claim:
             raise ClaimsError(f"{here}: a judged claim has no {extra[0]!r}; valid: {', '.join(CLAIM_REQUIRED)}, csv, metric")
         return Claim(**common, csv=raw.get("csv"), metric=raw.get("metric"), pair_by=None, contrast=None, minus=None,
                      about_failure=False, judged=str(raw["judged"]))  # fmt: skip
-    _keys(raw, CLAIM_KEYS, MEASURED_REQUIRED, here)
-    contrast = _contrast(raw, raw["csv"], here, allow_against=True)
-    minus = None
-    if "minus" in raw:
-        _mapping(raw["minus"], here, "minus")
-        _keys(raw["minus"], MINUS_KEYS, ("arm", "baseline"), f"{here}: minus")
-        minus = _contrast(raw["minus"], raw["csv"], f"{here}: minus", allow_against=False)
+    keys(raw, CLAIM_KEYS, MEASURED_REQUIRED, here)
+    contrast = parse_contrast(raw, raw["csv"], here, allow_against=True)
+    minus = parse_minus(raw["minus"], raw["csv"], here) if "minus" in raw else None
     if not isinstance(raw.get("about_failure", False), bool):
         raise ClaimsError(f"{here}: about_failure is {raw['about_failure']!r}; valid: true, false")
     return Claim(**common, csv=str(raw["csv"]), metric=str(raw["metric"]), pair_by=str(raw["pair_by"]),
                  contrast=contrast, minus=minus, about_failure=raw.get("about_failure", False), judged=None)  # fmt: skip
-
-
-def _contrast(raw: dict, csv: str, here: str, allow_against: bool) -> Contrast:
-    at = raw.get("at", {})
-    _mapping(at, here, "at")
-    has_baseline, has_against = "baseline" in raw, allow_against and "against" in raw
-    if has_baseline == has_against:
-        valid = "baseline (a selector) or against (a number)" if allow_against else "baseline"
-        raise ClaimsError(f"{here}: needs exactly one of {valid}")
-    against = raw.get("against") if has_against else None
-    if has_against and (isinstance(against, bool) or not isinstance(against, int | float)):
-        raise ClaimsError(f"{here}: against is {against!r}; valid: a number")
-    baseline = _side(raw["baseline"], at, csv, here, "baseline") if has_baseline else None
-    arm = _side(raw["arm"], at, csv, here, "arm")
-    return Contrast(arm, baseline, None if against is None else float(against), tuple(at.items()))
-
-
-def _side(raw: object, at: dict, csv: str, here: str, name: str) -> Side:
-    _mapping(raw, here, name)
-    if not raw or set(raw) == {"csv"}:
-        raise ClaimsError(f"{here}: {name} is {raw!r}; valid: a selector of column: value pairs, e.g. {{family: pre_ln}}")
-    where = {**at, **{k: v for k, v in raw.items() if k != "csv"}}
-    return Side(str(raw.get("csv", csv)), tuple(where.items()))
-
-
-def _mapping(value: object, where: str, name: str) -> None:
-    if not isinstance(value, dict):
-        raise ClaimsError(f"{where}: {name} is {value!r}; valid: a mapping of keys to values")
-
-
-def _keys(raw: dict, allowed: tuple[str, ...], required: tuple[str, ...], where: str) -> None:
-    for key in raw:
-        if key not in allowed:
-            raise ClaimsError(f"{where}: unknown key {key!r}; valid: {', '.join(allowed)}")
-    for key in required:
-        if key not in raw:
-            raise ClaimsError(f"{where}: missing key {key!r}; required: {', '.join(required)}")
 
 
 def _choice(value: object, choices: tuple[str, ...], where: str, name: str) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from analysis.load import ReportError
 from analysis.params import params_ratio, shared_count
 from analysis.runs import Run, finite
-from analysis.stats import mean_stderr, t_interval, zero_spread
+from analysis.stats import check_finite, mean_stderr, t_interval, zero_spread
 from analysis.variants import Variant
 from runlog.tasks import TaskSpec
 
@@ -67,11 +67,21 @@ def paired_difference(values: dict[Hashable, float], baseline: dict[Hashable, fl
         for seed, value in given.items():
             if finite(value) is None:
                 raise ValueError(f"{name}[{seed!r}] is {value!r}: a paired difference needs finite numbers")
-    diffs = [values[seed] - baseline[seed] for seed in values if seed in baseline]
+    return of_differences([values[seed] - baseline[seed] for seed in values if seed in baseline])
+
+
+def of_differences(diffs: list[float], confidence: float = CI_LEVEL) -> PairedDifference:
+    """The paired t test of per-pair differences ``diffs`` (:func:`paired_difference`'s), its interval (``ci95``) at
+    ``confidence`` (0.95 unless asked; a claims file's 1 - alpha, :mod:`analysis.verdicts`).
+
+    Raises:
+        ValueError: a difference is not a finite number.
+    """
+    check_finite(diffs)
     mean = statistics.fmean(diffs) if diffs else None
     if zero_spread(diffs):
         return PairedDifference(len(diffs), mean, None, False, degenerate=True)
-    ci = t_interval(diffs, CI_LEVEL)  # the paired t test's interval: the t interval of the mean difference
+    ci = t_interval(diffs, confidence)  # the paired t test's interval: the t interval of the mean difference
     return PairedDifference(len(diffs), mean, ci, None if ci is None else not ci[0] <= 0.0 <= ci[1])
 
 

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="the CSV written (default: the spec's path with .csv)")
     args = parser.parse_args(argv)
     try:
-        contrasts = [compute(entry, args.spec.parent) for entry in load_spec(args.spec)]
+        contrasts = [compute(entry, args.spec) for entry in load_spec(args.spec)]
     except ContrastError as err:
         print(f"report_contrasts: error: {err}", file=sys.stderr)
         return 2

@@ -72,16 +72,25 @@ def test_a_difference_of_differences_pairs_by_seed_and_skips_unfinished_runs(tmp
 @pytest.mark.parametrize(
     "entry, words",
     [
-        ("{contrast: c, csv: runs.csv, metric: lost, arm: {arm: bn}, baseline: {arm: ln}}", "c: no column 'lost'; valid: arm"),
-        ("{contrast: c, csv: nope.csv, metric: loss, arm: {arm: bn}, baseline: {arm: ln}}", "c: no CSV"),
+        (
+            "{contrast: c, csv: runs.csv, metric: lost, arm: {arm: bn}, baseline: {arm: ln}}",
+            "contrast 'c': runs.csv has no column 'lost'; valid: arm",
+        ),
+        ("{contrast: c, csv: nope.csv, metric: loss, arm: {arm: bn}, baseline: {arm: ln}}", "contrast 'c': no CSV nope.csv"),
         ("{contrast: c, csv: runs.csv, metric: loss, arm: {arm: rms}, baseline: {arm: ln}}", "no finished row"),
-        ("{contrast: c, csv: runs.csv, metric: loss, arm: {arm: bn}, baseline: {arm: ln}, sign: 1}", "unknown key(s) ['sign']"),
+        (
+            "{contrast: c, csv: runs.csv, metric: loss, arm: {arm: bn}, baseline: {arm: ln}, sign: 1}",
+            "unknown key 'sign'; valid: contrast",
+        ),
         (
             "{contrast: c, csv: runs.csv, metric: loss, arm: {arm: bn, max_tokens: 256}, baseline: {arm: ln, max_tokens: 256},"
             " relative: true, minus: {arm: {arm: bn, max_tokens: 1024}, baseline: {arm: ln, max_tokens: 1024}}}",
             "not with 'minus'",
         ),
-        ("{contrast: c, csv: runs.csv, metric: loss, arm: {arm: bn}, baseline: {arm: ln}}", "seed 0 appears twice"),
+        (
+            "{contrast: c, csv: runs.csv, metric: loss, arm: {arm: bn}, baseline: {arm: ln}}",
+            "matches more than one row of runs.csv with seed=0",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, capsys, entry: str, words: str) -> None:
