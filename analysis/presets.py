@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from analysis.load import ReportError, flatten
 from analysis.runs import Run
+from analysis.variants import label_pairs
 from runlog.renames import ADDED
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -77,15 +78,18 @@ def preset_keys(name: str) -> dict[str, Any]:
 
 
 def preset_of(label: str) -> str | None:
-    """The norm preset a variant's or LR family's ``label`` (``key=value`` pairs, space-separated) names: the one
+    """The norm preset a variant's or LR family's ``label`` (``key=value`` pairs, space-separated:
+    :func:`analysis.variants.label_pairs`, so a value may hold spaces, as ``norm.blocks``' does) names: the one
     preset of :func:`preset_names` whose composed ``norm.*`` keys (:func:`preset_keys`) hold every ``norm.*`` pair of
     the label, values compared as the label spells them (``str``: ``None``, ``True``, ``1e-06``); keys outside
     ``norm.`` (``model.residual_streams``) are not compared. A label shows only the keys that differ between a study's
     runs, so several presets can fit (``pre_ln`` and ``pre_pn``, whose ``norm.blocks`` a study without blocks does
     not show): then the one whose other norm keys all hold ``conf/norm_base.yaml``'s values, if exactly one does. None
-    when no preset fits, or several fit and that does not tell them apart."""
-    pairs = [pair.split("=", 1) for pair in stored_label(label).split(" ")]
-    norm_pairs = dict((k, v) for k, v in pairs if k.startswith("norm."))
+    when no preset fits, or several fit and that does not tell them apart, or ``label`` is not ``key=value`` pairs."""
+    try:
+        norm_pairs = {k: v for k, v in label_pairs(stored_label(label)).items() if k.startswith("norm.")}
+    except ValueError:  # not key=value pairs (a label that already is a preset's name): names no preset by its keys
+        return None
 
     def fits(name: str) -> bool:
         keys = preset_keys(name)

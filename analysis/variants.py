@@ -3,6 +3,7 @@ change what is trained: ``train.resume``, ``logger.*``, ``hydra.*``, ``telemetry
 bit-identical on or off) form a variant.
 """
 
+import re
 from dataclasses import dataclass
 
 from analysis.runs import Run
@@ -10,6 +11,8 @@ from analysis.runs import Run
 # Exact keys, or prefixes ending in ".". data.task: one report is of one task (analysis.load.runs_task), and runs
 # written before the key existed lack it.
 IGNORED_KEYS = ("seed", "train.resume", "logger.", "hydra.", "telemetry.", "data.task")
+_KEY = re.compile(r"[A-Za-z_][\w.]*=")  # a flattened config key (norm.qk_eps), then the value's =
+_PAIR_START = re.compile(rf" (?={_KEY.pattern})")
 NORM_KEYS = ("norm.placement", "norm.kind", "norm.impl")  # listed first in variant labels (and the wandb workspace's groups)
 
 
@@ -35,8 +38,23 @@ def differing_keys(runs: list[Run]) -> list[str]:
 
 
 def config_label(run: Run, keys: list[str]) -> str:
-    """``key=value`` of the run's config for each of ``keys`` (``?`` for a key it lacks), space-separated."""
+    """``key=value`` of the run's config for each of ``keys`` (``?`` for a key it lacks), space-separated: read back
+    by :func:`label_pairs`."""
     return " ".join(f"{k}={run.config.get(k, '?')}" for k in keys)
+
+
+def label_pairs(label: str) -> dict[str, str]:
+    """``{key: value}`` of a label of :func:`config_label`, values as the label spells them. A value may hold spaces
+    (``norm.blocks=((('kind', 'layernorm'), ('stack', 'dec')),)``, a list as the run's config holds it): a pair
+    starts only where a space is followed by a config key and ``=``.
+
+    Raises:
+        ValueError: the label does not start with ``key=``.
+    """
+    parts = _PAIR_START.split(label)
+    if not _KEY.match(parts[0]):
+        raise ValueError(f"label {label!r} is not key=value pairs")
+    return dict(part.split("=", 1) for part in parts)
 
 
 def group_variants(runs: list[Run]) -> list[Variant]:

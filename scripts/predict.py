@@ -31,6 +31,7 @@ from data.tokenizer import UNK, detokenize, encode_all
 from model.transformer import EncoderDecoder
 from runlog.tasks import TaskSpec, read_task
 from training.checkpoint import LATEST, load_checkpoint, model_from
+from training.devices import parse_device
 from training.evaluate import DecodeConfig, decode_all
 
 
@@ -105,9 +106,25 @@ def predict(lines: list[str], model: EncoderDecoder, src: Tokenizer, tgt: Tokeni
     return out
 
 
+def read_input(path: Path) -> str:
+    """The text of the input file ``path``.
+
+    Raises:
+        ValueError: ``path`` is a directory or cannot be read (the message names it and says what INPUT takes).
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise  # its message names the file
+    except OSError as e:
+        raise ValueError(f"input {str(path)!r}: {e.strerror or e}; INPUT is a text file, one sentence (or word) per line, "
+                         f"or - for stdin") from None  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point: predictions on stdout, the checkpoint's step, test metrics and input notes on stderr;
-    exits with ``predict: error: ...`` on a missing or bad checkpoint or input file."""
+    exits with ``predict: error: ...`` on a missing or bad checkpoint or input file (a directory too), a ``--device``
+    not of this machine (``training.devices.parse_device``) or ``--max-tokens`` < 1."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", metavar="RUN_DIR", help="a run directory written by train.py, or a checkpoint.pt")
     parser.add_argument("input", nargs="?", default="-", help="text file, one sentence (or word) per line; - or none: stdin")
@@ -118,11 +135,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         dcfg = DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty)
-        device = torch.device(args.device)
+        device = parse_device(args.device)
+        if args.max_tokens < 1:
+            raise ValueError(f"--max-tokens {args.max_tokens} is invalid; it must be an integer >= 1 (tokens in one "
+                             f"decoding batch; default 4096)")  # fmt: skip
         path = checkpoint_path(args.checkpoint)
         ckpt = load_checkpoint(path)
         model, src, tgt, task = from_checkpoint(ckpt, path, device)
-        text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
+        text = sys.stdin.read() if args.input == "-" else read_input(Path(args.input))
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"predict: error: {e}")
     lines = text.splitlines()

@@ -42,6 +42,7 @@ from model.config import NormConfig
 from model.placements import PLACEMENTS
 from runlog.metric_names import STACKS
 from training.checkpoint import load_checkpoint, model_from
+from training.devices import parse_device
 from training.evaluate import even_stride
 from training.probes import batch_dependence, first_batch, init_output_change, layer_drop, stream_distances, two_batches
 from training.schema import validate
@@ -72,6 +73,8 @@ def probe(run_dir: Path, max_examples: int, placements: list[str] | None, depths
         raise ValueError(f"--max-examples={max_examples} is invalid; it must be >= 1")
     if not delta >= 0:
         raise ValueError(f"--delta={delta} is invalid; it must be >= 0")
+    if bad := [d for d in depths if d < 1]:  # else the model built at that depth would blame model.n_enc_layers
+        raise ValueError(f"--depths {bad[0]} is invalid; each depth (blocks per stack) must be an integer >= 1")
     ckpt = load_checkpoint(run_dir / "checkpoint.pt")
     model = model_from(ckpt).to(device)
     cfg = validate(OmegaConf.create(ckpt["config"]))
@@ -163,7 +166,8 @@ def write_probe(result: dict, out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit code (1 with ``probe: error: ...`` on bad input)."""
+    """Command-line entry point; returns the exit code (1 with ``probe: error: ...`` on bad input, a ``--device`` not
+    of this machine among it: ``training.devices.parse_device``)."""
     parser = argparse.ArgumentParser(prog="probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory holding checkpoint.pt")
     parser.add_argument("--max-examples", type=int, default=500, help="validation pairs probed, at an even stride (default 500)")
@@ -174,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     try:
-        result = probe(args.run_dir, args.max_examples, args.placements, args.depths, args.delta, torch.device(args.device))
+        device = parse_device(args.device)
+        result = probe(args.run_dir, args.max_examples, args.placements, args.depths, args.delta, device)
     except (ValueError, FileNotFoundError) as e:
         print(f"probe: error: {e}", file=sys.stderr)
         return 1

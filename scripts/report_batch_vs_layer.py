@@ -36,7 +36,7 @@ import argparse
 import statistics
 from collections.abc import Callable, Hashable
 
-from analysis.csvs import write_csv
+from analysis.csvs import output_dir, write_csv
 from analysis.load import ReportError, load_runs
 from analysis.paired import PairedDifference, paired_difference
 from analysis.runs import Run
@@ -196,11 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         runs = load_runs([args.sweep])
-        out = args.out or args.sweep / "report"
-        out.mkdir(parents=True, exist_ok=True)
+        out = output_dir(args.out or args.sweep / "report")
         for path in write_csvs(runs, out):
             print(path)
-    except ReportError as err:
+    except (ReportError, ValueError) as err:
         print(f"report_batch_vs_layer: error: {err}", file=sys.stderr)
         return 1
     return 0

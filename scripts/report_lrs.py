@@ -41,17 +41,17 @@ if not __package__:  # run as a file (python scripts/x.py): it answers with the 
     import _as_module  # noqa: F401
 
 import argparse
-import csv
 import html
 from collections.abc import Callable
 
-from analysis.csvs import write_csv
+from analysis.csvs import output_dir, read_rows, write_csv
 from analysis.lrs import GRIDS_DIFFER, NOT_LEARNED, Family, LRStudy, lrs_versus, not_learned_pairs, study_from_cells
 from analysis.paired import delta_text
 from analysis.presets import preset_of, shown_label, stored_label
 from analysis.runs import Run
 from scripts.report_tables import params_columns
 
+CELL_COLUMNS = ("family", "seed", "lr", "final_val_loss", "init_loss", "state")  # what study_from_cells reads
 CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit")
 PAIRED_FIELDS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant")
 ADDED_FIELDS = ("best_loss_mean", "did_not_learn", "lrs_note", "pairs_left_out", "degenerate")  # after the older ones
@@ -198,30 +198,31 @@ def rebuild_lrs_csv(
     ``families`` then name presets. With ``families``, the other families' rows are dropped.
 
     Raises:
-        ValueError: no family is labelled ``baseline`` (a null value spelled ``null`` or ``None``) or one of
-            ``families``; the message lists the valid labels. One (family, seed, lr) cell in two rows (two files that
-            share a seed). With ``by_preset``: a family that names no preset or several, two families of one file
-            naming one, or ``out`` beside a ``cells_csv`` (the relabelled cells would overwrite their source).
+        OSError: a ``cells_csv`` cannot be read.
+        ValueError: a ``cells_csv`` lacks a column of ``CELL_COLUMNS`` (the message names the file, the missing and the
+            expected columns) or has no rows; ``out``'s folder is a file. No family is labelled ``baseline`` (a null
+            value spelled ``null`` or ``None``) or one of ``families``; the message lists the valid labels. One
+            (family, seed, lr) cell in two rows (two files that share a seed). With ``by_preset``: a family that names
+            no preset or several, two families of one file naming one, or ``out`` beside a ``cells_csv`` (the
+            relabelled cells would overwrite their source). Nothing is written then.
     """
     paths = [cells_csv] if isinstance(cells_csv, Path) else list(cells_csv)
-    out.parent.mkdir(parents=True, exist_ok=True)  # as scripts.report makes its --out
-    rows = [row for path in paths for row in _cells_of(path, by_preset, out.parent / CSVS[0])]
-    rows = _kept(rows, families)
-    if by_preset:
-        fields = list(dict.fromkeys(k for r in rows for k in r))
-        write_csv(out.parent / CSVS[0], fields, [[r.get(k, "") for k in fields] for r in rows])
+    rows = _kept([row for path in paths for row in _cells_of(path, by_preset, out.parent / CSVS[0])], families)
     study = study_from_cells(rows)
     family = study.family(None if baseline is None else stored_label(baseline))  # norm.qk=null as the page shows it
     if baseline is not None and family is None:
         raise ValueError(f"unknown --baseline {baseline!r}; valid: {', '.join(repr(f.label) for f in study.families)}")
+    output_dir(out.parent)  # as scripts.report makes its --out; nothing is written before every check has passed
+    if by_preset:
+        fields = list(dict.fromkeys(k for r in rows for k in r))
+        write_csv(out.parent / CSVS[0], fields, [[r.get(k, "") for k in fields] for r in rows])
     write_csv(out.parent / CSVS[2], SEED_FIELDS, seed_rows(study))
     return write_csv(out, FAMILY_FIELDS, family_rows(study, family))
 
 
 def _cells_of(cells_csv: Path, by_preset: bool, relabelled: Path) -> list[dict[str, str]]:
     """The rows of one ``lr_sensitivity.csv``, relabelled by preset if ``by_preset`` (written later to ``relabelled``)."""
-    with cells_csv.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_rows(cells_csv, CELL_COLUMNS)
     return _by_preset(rows, cells_csv, relabelled) if by_preset else rows
 
 

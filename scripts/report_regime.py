@@ -12,7 +12,8 @@ dir; made when missing; empty field: no value; floats at full precision):
   significant`` (paired t test over the seeds both finished) and ``rel_diff`` ((mean − baseline mean) / baseline
   mean over those seeds, a fraction; empty in the baseline's rows), and ``saturation_step`` (``--step``).
 
-Prints the regime table. Exit status 2 with one line when no run is found or the baseline is not in the study.
+Prints the regime table. Exit status 2 with one line when no run is found, the baseline is not in the study or
+``--out`` is a file.
 """
 
 import sys
@@ -24,7 +25,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from analysis.csvs import write_csv
+from analysis.csvs import output_dir, write_csv
 from analysis.load import ReportError, load_runs
 from analysis.regime import Regime, cells, regimes
 
@@ -59,11 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         found = cells(load_runs(args.dirs), args.step)
         rows = regimes(found, args.baseline)
+        out = output_dir(args.out or args.dirs[0])
     except (ReportError, ValueError) as e:
         print(f"report_regime: error: {e}", file=sys.stderr)
         return 2
-    out = args.out or args.dirs[0]
-    out.mkdir(parents=True, exist_ok=True)
     found.sort(key=lambda c: (c.fraction, c.preset, str(c.seed)))
     write_csv(out / "regime_runs.csv", RUN_FIELDS,
               [[c.preset, c.fraction, c.seed, c.state, c.val_loss, c.saturation] for c in found])  # fmt: skip

@@ -9,7 +9,8 @@ the sd's one-sided upper confidence limit (``--level``, default 0.8) and the pai
 For finding (a) (seeds 0-2): differences 0.366, 0.079, 0.421; sd 0.183, upper limit 0.388; n 6 and 17 (the
 preset ``lr_sensitivity_seeds`` runs 17). ``--out CSV`` also writes the plan as one row (``PLAN_FIELDS``: ``pairs``
 the pilot's, ``diff_mean, sd, sd_upper, n_point, n_upper``, then the targets; floats at full precision). Exit status 2
-with one line on a missing file or family.
+with one line on a missing file or family, a CSV without the columns ``family, seed, lrs``
+(the line names the missing ones) or without rows.
 """
 
 import sys
@@ -18,13 +19,13 @@ if not __package__:  # run as a file (python scripts/x.py): it answers with the 
     import _as_module  # noqa: F401
 
 import argparse
-import csv
 from pathlib import Path
 
-from analysis.csvs import write_csv
+from analysis.csvs import read_rows, write_csv
 from analysis.power import plan
 from analysis.presets import preset_of
 
+SEED_COLUMNS = ("family", "seed", "lrs")  # of lrs_seeds.csv, what the plan reads
 PLAN_FIELDS = ("family", "baseline", "pairs", "diff_mean", "sd", "sd_upper", "n_point", "n_upper", "power", "alpha", "level")
 
 
@@ -49,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the plan to this CSV")
     args = parser.parse_args(argv)
     try:
-        with args.seeds_csv.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
+        rows = read_rows(args.seeds_csv, SEED_COLUMNS)
         family, baseline = seed_lrs(rows, args.family), seed_lrs(rows, args.baseline)
         seeds = sorted(set(family) & set(baseline), key=int)
         diffs = [family[s] - baseline[s] for s in seeds]

@@ -546,3 +546,28 @@ def test_families_are_relabelled_by_the_norm_preset_their_keys_name(tmp_path: Pa
         report_lrs.rebuild_lrs_csv(tmp_path / "bad.csv", tmp_path / "x" / "lrs.csv", by_preset=True)
     with pytest.raises(ValueError, match="its input: give an --out in another folder"):
         report_lrs.rebuild_lrs_csv(tmp_path / "lr_sensitivity.csv", tmp_path / "lrs.csv", by_preset=True)
+
+
+CELLS_HEADER = "family,seed,lr,final_val_loss,init_loss,capped_loss,state,max_attn_logit\n"
+
+
+def test_report_lrs_on_a_csv_with_the_wrong_columns_names_the_file_and_columns_and_writes_nothing(tmp_path, capsys):
+    seeds = tmp_path / "lrs_seeds.csv"  # the per-seed CSV given where the cells are expected
+    seeds.write_text("variant,seed,lrs,best_loss\npre_ln,0,0.3,1.2\n")
+    out = tmp_path / "out" / "lrs.csv"
+    assert report_lrs.main([str(seeds), "--out", str(out)]) == 1
+    assert capsys.readouterr().err == (f"report_lrs: error: {seeds}: missing column(s) family, lr, final_val_loss, "
+                                       "init_loss, state; expected family, seed, lr, final_val_loss, init_loss, state "
+                                       "(the file has variant, seed, lrs, best_loss)\n")  # fmt: skip
+    assert not out.parent.exists()
+
+
+@pytest.mark.parametrize("text", ["", CELLS_HEADER], ids=["empty_file", "header_only"])
+def test_report_lrs_on_an_empty_csv_is_an_error_and_writes_nothing(tmp_path, capsys, text):
+    cells = tmp_path / "lr_sensitivity.csv"
+    cells.write_text(text)
+    assert report_lrs.main([str(cells)]) == 1
+    columns = "family, seed, lr, final_val_loss, init_loss, state"
+    why = "no rows below the header (an empty CSV)" if text else f"an empty file; expected a CSV with the columns {columns}"
+    assert capsys.readouterr().err == f"report_lrs: error: {cells}: {why}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lr_sensitivity.csv"]  # no lrs.csv, no lrs_seeds.csv

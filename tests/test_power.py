@@ -70,3 +70,11 @@ def test_an_unknown_family_names_the_families(capsys):
     assert seeds_needed.main([str(PILOT), "--family", "post_lnx", "--baseline", "pre_ln"]) == 2
     err = capsys.readouterr().err
     assert "family 'post_lnx': no family fits" in err and "norm.placement=post norm.kind=layernorm" in err
+
+
+def test_a_csv_with_the_wrong_columns_is_one_line_naming_the_file_and_the_columns(capsys, tmp_path):
+    summary = tmp_path / "summary.csv"  # a report's other CSV, given by mistake: no family, no lrs
+    summary.write_text("variant,seed,per\npre_ln,0,0.2\n")
+    assert seeds_needed.main([str(summary), "--family", "post_ln", "--baseline", "pre_ln"]) == 2
+    assert capsys.readouterr().err == (f"seeds_needed: error: {summary}: missing column(s) family, lrs; expected family, "
+                                       f"seed, lrs (the file has variant, seed, per)\n")  # fmt: skip

@@ -3,26 +3,37 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 
 import train as train_module
 from scripts.predict import load_model, predict
+from scripts.predict import main as predict_main
 from tests.conftest import ROOT, make_cfg, model_config
+from training.devices import device_choices, parse_device
 from training.evaluate import DecodeConfig
 
 
-def test_predict_spells_words_with_a_g2p_checkpoint(tmp_path):
-    train_module.train(make_cfg("trainer.max_steps=10", "telemetry.every=0"), tmp_path)
-    model, src, tgt, task = load_model(str(tmp_path / "checkpoint.pt"), device=None)
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A G2P run of 10 steps (model.max_len 64), shared by the tests, which write nothing into it."""
+    path = tmp_path_factory.mktemp("g2p_run")
+    train_module.train(make_cfg("trainer.max_steps=10", "telemetry.every=0"), path)
+    return path
+
+
+def test_predict_spells_words_with_a_g2p_checkpoint(run_dir, tmp_path):
+    model, src, tgt, task = load_model(str(run_dir / "checkpoint.pt"), device=None)
     assert task.name == "g2p"
     for beam in (1, 3):
         out = predict(["Cat", "", "phoneme"], model, src, tgt, task, DecodeConfig(beam_size=beam), 1024, device=None)
         assert len(out) == 3 and out[1] == "" and set(" ".join(out).split()) <= set(tgt.get_vocab())  # phonemes
     assert predict(["cat"], model, src, tgt, task, DecodeConfig(beam_size=1), 1024, device=None)[0]  # untrained: babble
     (tmp_path / "words.txt").write_text("cat\nhello\n")
-    proc = subprocess.run([sys.executable, "-m", "scripts.predict", str(tmp_path / "checkpoint.pt"),
+    proc = subprocess.run([sys.executable, "-m", "scripts.predict", str(run_dir / "checkpoint.pt"),
                            str(tmp_path / "words.txt"), "--beam-size", "1"], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 2, proc.stderr
@@ -31,21 +42,57 @@ def test_predict_spells_words_with_a_g2p_checkpoint(tmp_path):
     assert proc.returncode == 1 and proc.stderr.startswith("predict: error: no checkpoint file at")
 
 
-def test_predict_takes_a_run_dir_and_says_what_it_read(tmp_path):
-    train_module.train(make_cfg("trainer.max_steps=10", "telemetry.every=0"), tmp_path)  # model.max_len 64
+def test_predict_takes_a_run_dir_and_says_what_it_read(run_dir, tmp_path):
     (tmp_path / "words.txt").write_text(f"abc123\nHello\nnew york\n{'a' * 60}xyzw\n")
     words = str(tmp_path / "words.txt")
-    proc = subprocess.run([sys.executable, "-m", "scripts.predict", str(tmp_path), words, "--beam-size=1"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "scripts.predict", str(run_dir), words, "--beam-size=1"], capture_output=True,
                           text=True, timeout=120, cwd=ROOT, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 4  # one prediction per word, on stdout alone
-    test = json.loads((tmp_path / "status.json").read_text())["test"]
+    test = json.loads((run_dir / "status.json").read_text())["test"]
     assert proc.stderr.splitlines() == [
-        f"predict: {tmp_path / 'checkpoint.pt'} at step 10 of 10; test PER {test['test/per']:.2%}, WER {test['test/wer']:.2%}",
+        f"predict: {run_dir / 'checkpoint.pt'} at step 10 of 10; test PER {test['test/per']:.2%}, WER {test['test/wer']:.2%}",
         "predict: line 1 'abc123': not in the vocabulary, read as <unk>: '1' '2' '3'",  # digits: no CMUdict letters
         "predict: line 3 'new york': not in the vocabulary, read as <unk>: ' '",
         "predict: line 4: longer than 63 tokens (model.max_len - 1); dropped: 'w'",
     ]
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:99"])
+def test_a_device_not_of_this_machine_is_one_line_naming_the_flag_and_the_choices(run_dir, tmp_path, device):
+    (tmp_path / "words.txt").write_text("cat\n")
+    with pytest.raises(SystemExit) as stop:
+        predict_main([str(run_dir), str(tmp_path / "words.txt"), "--device", device])
+    valid = ", ".join(device_choices())  # cpu here; cpu, cuda, cuda:0, ... on a machine with CUDA
+    assert stop.value.code == f"predict: error: --device {device!r} is not a device of this machine; valid: {valid}"
+
+
+def test_the_device_choices_are_this_machines_devices(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert device_choices() == ["cpu", "cuda", "cuda:0", "cuda:1"]
+    assert parse_device("cuda:1") == torch.device("cuda", 1) and parse_device("cpu:0") == torch.device("cpu", 0)
+    with pytest.raises(ValueError, match=r"^--device 'cuda:2' is not a device of this machine; valid: cpu, cuda, cuda:0, "
+                                         r"cuda:1$"):  # fmt: skip
+        parse_device("cuda:2")
+    with pytest.raises(ValueError, match=r"^--gpu 'cuda:x' is not a device"):  # torch's own error: one line too
+        parse_device("cuda:x", flag="--gpu")
+
+
+def test_a_directory_as_input_is_one_line_naming_it(run_dir, tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        predict_main([str(run_dir), str(tmp_path)])
+    assert stop.value.code == (f"predict: error: input {str(tmp_path)!r}: Is a directory; INPUT is a text file, one "
+                               "sentence (or word) per line, or - for stdin")  # fmt: skip
+
+
+def test_max_tokens_below_1_is_one_line_naming_the_flag(run_dir, tmp_path):
+    (tmp_path / "words.txt").write_text("cat\n")
+    with pytest.raises(SystemExit) as stop:
+        predict_main([str(run_dir), str(tmp_path / "words.txt"), "--max-tokens", "0"])
+    assert stop.value.code == ("predict: error: --max-tokens 0 is invalid; it must be an integer >= 1 (tokens in one "
+                               "decoding batch; default 4096)")  # fmt: skip
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -5,6 +5,7 @@ import copy
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from model.transformer import EncoderDecoder
 from scripts import probe as probe_script
 from scripts.report import build_report
 from tests.conftest import make_cfg, model_config
+from training.devices import device_choices
 from training.evaluate import evaluate_loss
 from training.probes import (
     angular_distance,
@@ -237,11 +239,18 @@ def test_batch_dependence_and_two_batches_name_bad_input():
         two_batches(pairs(3), 64, CPU)
 
 
-def test_probe_script_writes_json_and_pngs_and_the_report_shows_them(tmp_path, capsys):
-    train_module.train(make_cfg("trainer.max_steps=10", "telemetry.every=0"), tmp_path)
-    argv = [str(tmp_path), "--max-examples", "20", "--depths", "1", "2", "--placements", "pre", "post"]
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pre-LN G2P run of 10 steps; the probe writes its ``probe/`` into it."""
+    path = tmp_path_factory.mktemp("probed_run")
+    train_module.train(make_cfg("trainer.max_steps=10", "telemetry.every=0"), path)
+    return path
+
+
+def test_probe_script_writes_json_and_pngs_and_the_report_shows_them(run_dir, tmp_path, capsys):
+    argv = [str(run_dir), "--max-examples", "20", "--depths", "1", "2", "--placements", "pre", "post"]
     assert probe_script.main(argv) == 0
-    result = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    result = json.loads((run_dir / "probe" / "probe.json").read_text())
     assert result["examples"] == 20 and result["delta"] == 1e-3 and result["loss"] > 0
     assert [len(result["layer_drop"][s]) for s in ("enc", "dec")] == [2, 2]
     for stack in ("enc", "dec"):
@@ -251,13 +260,25 @@ def test_probe_script_writes_json_and_pngs_and_the_report_shows_them(tmp_path, c
     assert {p: list(v) for p, v in result["output_change"].items()} == {"pre": ["1", "2"], "post": ["1", "2"]}
     assert len(result["batch_dependence"]) == 12 and set(result["batch_dependence"].values()) == {0.0}  # pre-LN
     for name in ("layer_drop", "angular_distance", "output_change"):
-        assert (tmp_path / "probe" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    page = build_report([tmp_path], tmp_path / "report").read_text()
+        assert (run_dir / "probe" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = build_report([run_dir], tmp_path / "report").read_text()
     assert "<h2>Probes</h2>" in page and page.count('<img class="probe"') == 3
     assert probe_script.main([str(tmp_path / "nope")]) == 1
     assert "probe: error: no checkpoint file at" in capsys.readouterr().err
-    assert probe_script.main([str(tmp_path), "--max-examples", "0"]) == 1
+    assert probe_script.main([str(run_dir), "--max-examples", "0"]) == 1
     assert "--max-examples=0 is invalid; it must be >= 1" in capsys.readouterr().err
+
+
+def test_probe_script_names_the_depths_flag_for_a_depth_below_1(run_dir, capsys):
+    assert probe_script.main([str(run_dir), "--max-examples", "20", "--depths", "2", "0", "--placements", "pre"]) == 1
+    err = capsys.readouterr().err
+    assert err == "probe: error: --depths 0 is invalid; each depth (blocks per stack) must be an integer >= 1\n"
+
+
+def test_probe_script_on_a_device_not_of_this_machine_is_one_line(run_dir, capsys):
+    assert probe_script.main([str(run_dir), "--device", "tpu"]) == 1
+    valid = ", ".join(device_choices())
+    assert capsys.readouterr().err == f"probe: error: --device 'tpu' is not a device of this machine; valid: {valid}\n"
 
 
 def test_probe_script_on_a_pre_bn_run_reports_the_encoders_batch_dependence(tmp_path):

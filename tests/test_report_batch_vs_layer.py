@@ -99,3 +99,12 @@ def test_an_unfinished_run_is_counted_not_averaged_and_a_repeated_seed_is_an_err
 def test_no_runs_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert bvl.main([str(tmp_path)]) == 1
     assert capsys.readouterr().err.startswith("report_batch_vs_layer: error: no run directories")
+
+
+def test_an_out_that_is_an_existing_file_is_one_line_and_the_file_is_kept(sweep, tmp_path, capsys):
+    taken = tmp_path / "notes.txt"
+    taken.write_text("keep")
+    assert bvl.main([str(sweep), "--out", str(taken)]) == 1
+    assert capsys.readouterr().err == (f"report_batch_vs_layer: error: --out {taken} is a file, not a folder; "
+                                       "give a folder for the CSVs\n")  # fmt: skip
+    assert taken.read_text() == "keep"

@@ -82,3 +82,22 @@ def test_saturation_is_read_from_a_real_pre_dyt_runs_telemetry(tmp_path):
              if k.endswith("/saturation")]  # fmt: skip
     assert len(at_10) >= 4 and saturation_at(tmp_path / "metrics.jsonl", 10) == pytest.approx(sum(at_10) / len(at_10))
     assert saturation_at(tmp_path / "metrics.jsonl", 11) is None  # no record at that step
+
+
+def test_a_sweep_with_pre_bn_whose_norm_blocks_hold_spaces_is_told_by_its_preset(tmp_path, capsys):
+    # pre_bn's norm.blocks (a list: its label value "((('kind', 'layernorm'), ('stack', 'dec')),)") holds spaces
+    for preset, losses in (("pre_ln", (1.0, 1.1)), ("pre_bn", (1.3, 1.5))):
+        for seed, loss in enumerate(losses):
+            write_run(tmp_path / "sweep" / f"{preset},{seed}", preset, 1.0, seed, loss)
+    assert report_regime.main([str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
+    rows = read(tmp_path / "out" / "regime.csv")
+    assert [(r["preset"], r["n"]) for r in rows] == [("pre_ln", "2"), ("pre_bn", "2")]
+    assert float(rows[1]["diff_mean"]) == pytest.approx(0.35) and rows[1]["pairs"] == "2"  # (0.3 + 0.4) / 2
+
+
+def test_an_out_that_is_a_file_is_one_line(sweep, tmp_path, capsys):
+    (tmp_path / "taken").write_text("keep")
+    assert report_regime.main([str(sweep), "--out", str(tmp_path / "taken")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"report_regime: error: --out {tmp_path / 'taken'} is a file, not a folder; give a folder for the CSVs\n"
+    assert (tmp_path / "taken").read_text() == "keep"

@@ -7,11 +7,24 @@ submitit's job process handles SLURM's warning signal (USR2, sent ``signal_delay
 middle of a training step, that handler exits at once and the requeued job starts over from the last periodic
 checkpoint. So while training, :class:`training.interrupt.StopRequest` takes the signal like SIGTERM (finish the step,
 write the checkpoint, raise ``RunInterrupted``), and ``train.py`` then calls submitit's handler (:func:`requeue`);
-the requeued job continues from the checkpoint (``train.resume=auto``). Stdlib only: imported with the config checks.
+the requeued job continues from the checkpoint (``train.resume=auto``).
+
+``hydra/launcher=slurm``'s launcher (``hydra_plugins/normlab_slurm_launcher.py``: Hydra takes a launcher from the
+``hydra_plugins`` namespace package only) stops with one line, before any job is submitted, where submitit would end
+in a traceback: a ``signal_delay_s`` not below the time limit ``timeout_min`` (:func:`timing_error`: the warning
+would come as the job starts), no ``sbatch`` or ``srun`` on PATH (:func:`missing_error`), ``sbatch`` failing (no
+controller reachable, an unknown partition: :func:`submit_error` quotes its error and says to check with ``sinfo``).
+A job that fails once submitted is the sweep's to report (training.sweep). Stdlib only: imported with the config
+checks.
 """
 
 import os
+import shutil
 import signal
+import subprocess
+from typing import Any
+
+COMMANDS = ("sbatch", "srun")  # what submitit runs to submit a job, and inside it
 
 
 def requeue_signal() -> signal.Signals | None:
@@ -50,3 +63,32 @@ def requeue(signum: int) -> str | None:
     except UncompletedJobError as e:
         return str(e)
     return None
+
+
+def timing_error(params: dict[str, Any]) -> str | None:
+    """Why ``signal_delay_s`` (seconds) does not fit the time limit ``timeout_min`` (minutes) of the launcher's
+    ``params``, in one line naming both; None when it is in [0, 60 timeout_min)."""
+    delay, limit = params.get("signal_delay_s", 0), params.get("timeout_min", 0)
+    if 0 <= delay < 60 * limit:
+        return None
+    return (f"hydra.launcher.signal_delay_s={delay} is not within hydra.launcher.timeout_min={limit} ({60 * limit} s): "
+            f"SLURM's time-limit warning (USR2, signal_delay_s before the limit) would come as the job starts; "
+            f"set signal_delay_s to 0..{60 * limit - 1} or raise timeout_min")  # fmt: skip
+
+
+def submit_error(error: BaseException) -> str | None:
+    """The line for ``error`` when it is ``sbatch`` failing (submitit's FailedJobError from the CalledProcessError of
+    the sbatch command: its stderr's last line quoted); None for any other error (a failed job's is the sweep's)."""
+    cause = error.__cause__
+    if not (isinstance(cause, subprocess.CalledProcessError) and list(cause.cmd)[:1] == ["sbatch"]):
+        return None
+    said = (str(error).strip().splitlines() or [f"exit status {cause.returncode}"])[-1]
+    return f"hydra/launcher=slurm: sbatch could not submit the sweep: {said}; is the SLURM controller up? check with sinfo"
+
+
+def missing_error() -> str | None:
+    """The line for a machine without SLURM's commands (:data:`COMMANDS` not on PATH); None when both are there."""
+    if not (missing := [c for c in COMMANDS if shutil.which(c) is None]):
+        return None
+    return (f"hydra/launcher=slurm: no SLURM here ({' and '.join(missing)} not on PATH); run the sweep where sinfo lists "
+            f"your cluster's partitions, or pick another hydra/launcher")  # fmt: skip
