@@ -26,10 +26,10 @@ def test_the_2026_study_csvs_are_what_report_lrs_gives_from_its_report_cells(bas
 
 
 def test_the_2026_equal_parameter_csvs_are_what_report_lrs_gives_from_their_cells(tmp_path: Path) -> None:
-    folder = STUDY_2026 / "equal_params"  # pre-LN widened to mHC's parameter count (model.d_ff=378) as the baseline
-    wide = "model.d_ff=378 model.residual_streams=None norm.hc=None"
-    assert report_lrs.main([str(folder / "lr_sensitivity.csv"), "--out", str(tmp_path / "lrs.csv"), "--baseline", wide]) == 0
-    for name in ("lrs.csv", "lrs_seeds.csv"):
+    folder = STUDY_2026 / "equal_params"  # pre-LN widened to mHC's parameter count (model.d_ff=378), run alone
+    cells = folder / "report_cells.csv"
+    assert report_lrs.main([str(cells), "--out", str(tmp_path / "lrs.csv"), "--baseline", "pre_ln", "--by-preset"]) == 0
+    for name in ("lrs.csv", "lrs_seeds.csv", "lr_sensitivity.csv"):
         assert (tmp_path / name).read_text() == (folder / name).read_text(), name
-    rows = read_csv(folder / "lr_sensitivity.csv")
-    assert len(rows) == 3 * 7 * 3 and {r["state"] for r in rows} == {"finished"}
+    rows = read_csv(cells)
+    assert len(rows) == 7 * 3 and {r["state"] for r in rows} == {"finished"}

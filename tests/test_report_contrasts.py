@@ -10,7 +10,7 @@ from scripts import report_contrasts
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
-SPECS = [RESULTS / "dyt_data_regime" / "paired.yaml", RESULTS / "batch_vs_layer" / "paired.yaml"]
+SPECS = sorted(RESULTS.rglob("paired.yaml"))  # every committed spec
 RUNS = """arm,max_tokens,seed,state,loss
 ln,256,0,finished,1.0
 ln,256,1,finished,2.0
