@@ -25,9 +25,10 @@ from tqdm import tqdm
 
 from data.batching import train_stream
 from model.config import ModelConfig
+from runlog.lock import RunDirBusy, run_dir_lock
 from runlog.status import DONE, read_status, write_status
 from training import distributed, slurm
-from training.checkpoint import LATEST
+from training.checkpoint import LATEST, ResumeRefused, finished_run_changes
 from training.cli import check_args, resume_command
 from training.flops import train_flops
 from training.interrupt import NonFiniteLossError, RunInterrupted, StopRequest, read_stop, request_stop
@@ -42,37 +43,52 @@ def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
 
     Writes into ``run_dir`` (default: Hydra's output dir; under torchrun rank 0 only):
     ``config.yaml`` (resolved), ``metrics.jsonl``, ``status.json``, ``checkpoint.pt`` (+ the
-    previous one), ``src_vocab.json``, ``tgt_vocab.json``, ``task.json`` (the task's metric spec). With ``train.resume=auto`` (the
-    default) a run dir that already holds a finished or diverged run is skipped, and one that
-    holds an unfinished run continues from its latest good checkpoint.
+    previous one), ``src_vocab.json``, ``tgt_vocab.json``, ``task.json`` (the task's metric spec), and holds
+    ``.lock`` while it runs (``runlog/lock.py``). With ``train.resume=auto`` (the default) a run dir that already
+    holds a finished or diverged run of the same model and norm is skipped (one line names any other setting that
+    differs), and one that holds an unfinished run continues from its latest good checkpoint.
 
     ``cfg`` is checked and typed once (``training.schema.validate``); nothing below reads it.
 
     Raises:
         ValueError / FileNotFoundError: bad config values or resume path, found before training.
+        ResumeRefused: (a ValueError) the run dir's checkpoint or finished run cannot be continued by this config
+            (another model, norm or task, a step past ``trainer.max_steps``); the run dir is left as it was.
+        RunDirBusy: another living run holds ``run_dir``; nothing is written.
         NonFiniteLossError: the loss became non-finite; ``checkpoint.pt`` keeps the last finite state.
         RunInterrupted: SIGTERM or SIGINT (or, in a submitit job on SLURM, its requeue signal USR2) arrived; a
-            checkpoint of the last step was written first.
+            checkpoint of the last step was written first. During the final test it stops the test at once
+            (``status.json``: ``interrupted``, its error naming the final test); a resume tests again.
     """
     run_dir = Path(run_dir or HydraConfig.get().runtime.output_dir)
     is_main = distributed.rank() == 0
-    if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
+    if not is_main:
+        return _attempt(cfg, run_dir, is_main)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with run_dir_lock(run_dir):  # a second run on this dir stops here, before it writes anything
+        return _attempt(cfg, run_dir, is_main)
+
+
+def _attempt(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
+    """``train``'s work once the run dir is held: skip a finished run, else train, recording how it ended."""
     status = read_status(run_dir)
     if cfg.train.resume == "auto" and status.get("state") in DONE and status.get("max_steps") == cfg.trainer.max_steps:
-        print(f"normlab: {run_dir} already {status['state']} at step {status['step']}; skipped (train.resume=null reruns it)")
+        changed = finished_run_changes(run_dir, OmegaConf.to_container(cfg, resolve=True))
+        print(f"normlab: {run_dir} already {status['state']} at step {status['step']}; skipped (train.resume=null reruns it)"
+              + (f"; this run's settings differ from it: {changed}" if changed else ""))  # fmt: skip
         return status.get("test", {})
     if is_main and (job := slurm.job_record()):  # which SLURM job, and how many requeues, this attempt is
         write_status(run_dir, slurm=job)
     try:
         try:
             return _train(validate(cfg), run_dir, is_main)
-        except KeyboardInterrupt:  # Ctrl-C outside a training step (start-up, the final test) or a second one
+        except KeyboardInterrupt:  # Ctrl-C outside a training step (start-up) or a second one
             raise RunInterrupted(f"stopped by SIGINT; {resume_hint(run_dir)}", signal.SIGINT) from None
     except BaseException as e:
         # A run that fails before training in a dir holding a finished run leaves that run's record
-        # alone; otherwise the dir says what happened (config.yaml too, so reports list the run).
-        if is_main and read_status(run_dir).get("state") not in DONE:
+        # alone, and so does a refused resume (its dir stays as it was); otherwise the dir says what
+        # happened (config.yaml too, so reports list the run).
+        if is_main and not isinstance(e, ResumeRefused) and read_status(run_dir).get("state") not in DONE:
             state = {NonFiniteLossError: "diverged", RunInterrupted: "interrupted", KeyboardInterrupt: "interrupted"}
             diverged = {"diverged_step": e.step} if isinstance(e, NonFiniteLossError) else {}
             write_status(run_dir, state=state.get(type(e), "failed"), error=f"{type(e).__name__}: {e}", **diverged)
@@ -131,7 +147,10 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                     raise RunInterrupted(f"stopped by {name} after step {run.step}; checkpoint {run_dir / LATEST}; "
                                          f"continue with: {resume_command(run_dir)}", signum)  # fmt: skip
                 window.restart()
-        test = final_test(run)
+        # The final test only reads the model (checkpoint.pt holds the last step): a signal stops it at once, and a
+        # resume tests again.
+        with StopRequest(at_once=f"during the final test; {resume_hint(run_dir)}"):
+            test = final_test(run)
     finally:
         run.logger.close()
     if is_main:
@@ -180,7 +199,7 @@ def main(cfg: DictConfig) -> None:
         if stop is None:
             sys.exit(128 + e.signum)
         request_stop(stop, e.signum)
-    except (ValueError, FileNotFoundError, NonFiniteLossError) as e:
+    except (ValueError, FileNotFoundError, NonFiniteLossError, RunDirBusy) as e:
         print(f"normlab: error: {e}", file=sys.stderr)
         if not in_multirun():
             sys.exit(1)

@@ -7,6 +7,18 @@ from dataclasses import dataclass, field
 SOURCES = ("hub", "local")
 
 
+def check_cache_dir(value: str | None, default: str, alternative: str) -> None:
+    """Refuse an empty ``data.cache_dir`` (``''`` or spaces): it reads as the current directory, where the
+    cache would land unnoticed, so it is taken for a typo. ``alternative`` names what else is valid.
+
+    Raises:
+        ValueError: naming the key, the value and what is valid.
+    """
+    if value is not None and not value.strip():
+        other = f", or {alternative}" if alternative else ""
+        raise ValueError(f"data.cache_dir={value!r} is empty; give a directory (default {default}){other}")
+
+
 @dataclass(frozen=True)
 class CmudictDataConfig:
     """The ``data`` keys of CMUdict (``conf/data/cmudict.yaml``): ``task`` (``g2p``), ``keep_stress``
@@ -16,7 +28,7 @@ class CmudictDataConfig:
     the vocabularies, validation and test are those of the whole split (``training/tasks/g2p.py``).
 
     Raises:
-        ValueError: ``train_fraction`` outside (0, 1].
+        ValueError: ``train_fraction`` outside (0, 1]; an empty ``cache_dir`` (``''``).
     """
 
     name: str
@@ -27,6 +39,7 @@ class CmudictDataConfig:
     subset_seed: int | None = None
 
     def __post_init__(self) -> None:
+        check_cache_dir(self.cache_dir, "~/.cache/normlab/cmudict", "null to parse and encode in every process")
         if not 0 < self.train_fraction <= 1:
             raise ValueError(f"data.train_fraction={self.train_fraction}: a fraction of the training words in (0, 1]")
 
@@ -75,7 +88,8 @@ class TranslationDataConfig:
         cache_dir: where trained BPE vocabularies are cached.
 
     Raises:
-        ValueError: an unknown source, equal languages, a missing path or hub path, a bad size.
+        ValueError: an unknown source, equal languages, a missing path or hub path, a bad size, an empty
+            ``cache_dir``.
     """
 
     name: str
@@ -94,6 +108,7 @@ class TranslationDataConfig:
     def __post_init__(self) -> None:
         if isinstance(self.hub, dict):
             object.__setattr__(self, "hub", HubConfig(**self.hub))
+        check_cache_dir(self.cache_dir, "~/.cache/normlab/bpe", "")
         if self.source not in SOURCES:
             raise ValueError(f"unknown data.source {self.source!r}; valid: {', '.join(SOURCES)}")
         if self.src_lang == self.tgt_lang:

@@ -2,6 +2,7 @@
 exactly what building gave, a change to anything that shapes the data names another entry, and a broken or
 unwritable cache costs only the speed-up."""
 
+import hashlib
 import os
 import pickle
 import subprocess
@@ -9,6 +10,7 @@ import sys
 
 import pytest
 
+from data import cache
 from data.cache import cached, fingerprint, source_text
 from data.tokenizer import build_vocab
 from tests.conftest import ROOT
@@ -56,16 +58,46 @@ def test_two_processes_storing_one_entry_at_once_both_succeed_and_leave_one_whol
     outs = [proc.communicate(timeout=60) for proc in procs]
     assert outs == [("1000000\n", "")] * 2  # no warning: each stored its own copy without trouble
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["k.pkl"]  # and no temp file is left behind
-    assert pickle.loads((tmp_path / "cache" / "k.pkl").read_bytes()) == list(range(10**6))
+    assert cached(tmp_path / "cache" / "k.pkl", lambda: pytest.fail("rebuilt")) == list(range(10**6))
 
 
-def test_an_unreadable_entry_is_rebuilt_and_replaced_saying_so(tmp_path, capsys):
+def test_an_entry_holds_the_sha256_of_its_payload(tmp_path):
     path = tmp_path / "k.pkl"
-    path.write_bytes(pickle.dumps([1, 2, 3])[:-3])  # cut short, as by a full disk
+    cached(path, lambda: {"ids": [1, 2]})
+    payload = pickle.dumps({"ids": [1, 2]}, protocol=pickle.HIGHEST_PROTOCOL)
+    assert path.read_bytes() == cache.HEADER + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+def test_an_entry_with_one_byte_changed_is_rebuilt_saying_so(tmp_path, capsys):
+    path = tmp_path / "k.pkl"
+    cached(path, lambda: [10, 20, 30])
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x01  # the payload's 20 becomes 21: it still unpickles, to other data
+    assert pickle.loads(data[data.rindex(b"\x80\x05") :]) == [10, 21, 30]
+    path.write_bytes(data)
+    assert cached(path, lambda: [4]) == [4]
+    warning = f"normlab: warning: data cache entry {path} fails its SHA-256 check (altered or cut short); rebuilding it\n"
+    assert capsys.readouterr().err == warning
+    assert cached(path, lambda: pytest.fail("rebuilt again")) == [4]  # the rebuilt entry replaced it
+
+
+@pytest.mark.parametrize("damage", ["cut short", "no digest (an older entry)"])
+def test_an_entry_cut_short_or_without_a_digest_is_rebuilt_saying_so(tmp_path, capsys, damage):
+    path = tmp_path / "k.pkl"
+    cached(path, lambda: [10, 20, 30])
+    path.write_bytes(path.read_bytes()[:-3] if damage == "cut short" else pickle.dumps([10, 20, 30]))
+    assert cached(path, lambda: [4]) == [4]
+    warning = f"normlab: warning: data cache entry {path} fails its SHA-256 check (altered or cut short); rebuilding it\n"
+    assert capsys.readouterr().err == warning
+
+
+def test_an_entry_that_does_not_unpickle_is_rebuilt_saying_so(tmp_path, capsys):
+    path = tmp_path / "k.pkl"
+    payload = b"\x80\x05not a pickle"  # its digest matches: written whole, by a Python that cannot be read here
+    path.write_bytes(cache.HEADER + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
     assert cached(path, lambda: [4]) == [4]
     warning = f"normlab: warning: data cache entry {path} is unreadable (UnpicklingError); rebuilding it\n"
     assert capsys.readouterr().err == warning
-    assert pickle.loads(path.read_bytes()) == [4]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")

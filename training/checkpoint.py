@@ -14,6 +14,9 @@ On disk a run dir holds ``checkpoint.pt`` (latest), ``checkpoint.prev.pt`` (the 
 ``.sha256`` file next to each. A write goes to a temp file, is fsynced, and only then renamed
 into place, so a reader never sees half a file; the digest catches what the rename cannot (a
 disk or copy that corrupts bytes, which ``torch.load`` would load without complaint).
+
+Whether a run may continue (or skip as done) what its run dir holds is decided here too, before anything is
+written: :class:`ResumeRefused`, :func:`config_diff`, :func:`finished_run_changes`.
 """
 
 import hashlib
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
@@ -33,6 +37,52 @@ FORMAT = "normlab-checkpoint-v2"
 KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "counters", "spikes", "telemetry",
         "vocab")  # fmt: skip
 LATEST, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
+MODEL_SECTIONS = ("model", "norm")  # the config sections a run's model is built from
+
+
+class ResumeRefused(ValueError):
+    """This run cannot continue (or skip as done) the run in its run dir: another model, norm or task, or a
+    checkpoint past ``trainer.max_steps``. Raised before anything is written, so the run dir stays as it was."""
+
+
+def config_diff(old: dict, new: dict, prefix: str = "", was: str = "checkpoint") -> str:
+    """``key: <was> A, this run B`` for each differing key (nested dicts joined with dots), ``; ``-joined."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            if nested := config_diff(a, b, f"{prefix}{key}.", was):
+                out.append(nested)
+        elif a != b:
+            out.append(f"{prefix}{key}: {was} {a!r}, this run {b!r}")
+    return "; ".join(out)
+
+
+def finished_run_changes(run_dir: Path, config: dict[str, Any]) -> str:
+    """How the resolved ``config`` differs from the finished run's in ``run_dir`` (its ``config.yaml``, read with
+    today's key names) outside the model, as :func:`config_diff` text; "" when they agree or there is no
+    ``config.yaml``. The models are compared as a resume compares them: as :class:`ModelConfig` (defaults filled in).
+
+    Raises:
+        ResumeRefused: the models differ: ``config`` describes another run than the one there.
+    """
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return ""
+    old = with_current_names(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    if model := config_diff(_model(old), _model(config), was="finished run"):
+        raise ResumeRefused(f"{run_dir} holds a finished run of another model ({model}); nothing was changed there: "
+                            "give this run another hydra.run.dir, or train.resume=null to replace that run")  # fmt: skip
+    return config_diff(*({k: v for k, v in c.items() if k not in MODEL_SECTIONS} for c in (old, config)), was="finished run")
+
+
+def _model(config: dict[str, Any]) -> dict[str, Any]:
+    """The model a resolved run config describes, in :meth:`ModelConfig.to_dict`'s form (vocabulary sizes aside)."""
+    try:
+        return ModelConfig.from_dict({**config.get("model", {}), "norm": config.get("norm", {}), "src_vocab": 1,
+                                      "tgt_vocab": 1}).to_dict()  # fmt: skip
+    except (TypeError, ValueError):  # a config no longer valid: compared as written
+        return {k: config.get(k) for k in MODEL_SECTIONS}
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

@@ -5,7 +5,7 @@ the run dir check, and the commands a run prints to continue it.
 (the likeliest mistake: ``norm`` picks a preset, ``norm.kind`` the kind), stop with one line that
 Hydra's own error would not give; ``+experiment=<a sweep preset>`` without ``-m`` warns that only
 one run trains. :class:`RunDirCheck` (a Hydra callback) stops with one line when the run or sweep
-dir cannot be created, before Hydra's traceback would. :func:`resume_command` and
+dir cannot be created or written into, before Hydra's traceback would. :func:`resume_command` and
 :func:`continue_command` quote every argument for a POSIX shell and the dir for Hydra's override
 grammar, so the printed command pastes as it is.
 """
@@ -13,6 +13,7 @@ grammar, so the printed command pastes as it is.
 import re
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,8 @@ def check_args(args: list[str]) -> None:
 
 class RunDirCheck(Callback):
     """Creates the run dir (the sweep dir of a multirun) before Hydra does, so that one that cannot be
-    created (``/proc/x``, a path under a file, a read-only parent) stops with one line naming it and why."""
+    created (``/proc/x``, a path under a file, a read-only parent) or written into (a read-only dir) stops
+    with one line naming it and why."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         _create(config.hydra.run.dir)
@@ -105,6 +107,11 @@ def _create(run_dir: str) -> None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
         sys.exit(f"normlab: error: cannot create run dir '{run_dir}': {e.strerror or e}")
+    try:  # a real write: os.access would pass a read-only mount, and pass everything as root
+        tempfile.TemporaryFile(dir=run_dir).close()
+    except OSError as e:
+        sys.exit(f"normlab: error: cannot write into run dir '{run_dir}': {e.strerror or e}; make it writable "
+                 "or give another hydra.run.dir")  # fmt: skip
 
 
 def hydra_quoted(value: str) -> str:

