@@ -25,16 +25,10 @@ CLAIMS = sorted(RESULTS.rglob("claims.yaml"))
 VERDICT_WORDS = re.compile(r"reproduced|contradicted|inconclusive|confirmed|difference detected", re.I)
 EXEMPT = (r"<!-- verdicts: \S+ -->.*?<!-- /verdicts -->", r"<!-- verdict words -->.*?<!-- /verdict words -->",
           r"```.*?```", r"`[^`\n]*`", r"<!--.*?-->")  # fmt: skip
-# finding (g): its claims file (lr_sensitivity_2026/claims.yaml, written before its re-run) is not valid YAML as
-# committed (line 57: an unquoted ": " inside a source; its author quotes it), its CSVs are replaced by the re-run,
-# and its prose is rewritten after it: the block below was computed from a copy with the two sources quoted.
-G_PENDING = pytest.mark.xfail(strict=False, reason="until the (g) re-run lands and its claims file is quoted")
-G_PROSE = pytest.mark.xfail(strict=False, reason="the (g) prose is rewritten after the (g) re-run")
 
 
 def by_file(paths: list[Path]) -> list:
-    return [pytest.param(p, id=p.relative_to(RESULTS).parent.as_posix(),
-                         marks=G_PENDING if "lr_sensitivity_2026" in p.parts else ()) for p in paths]  # fmt: skip
+    return [pytest.param(p, id=p.relative_to(RESULTS).parent.as_posix()) for p in paths]
 
 
 @pytest.mark.parametrize("path", by_file(CLAIMS))
@@ -65,7 +59,7 @@ def verdict_words(text: str) -> list[str]:
 def page_sections() -> list:
     texts = re.split(r"\n(?=## )", PAGE)
     ids = ["top", *(t.splitlines()[0][3:40] for t in texts[1:])]
-    return [pytest.param(t, id=i, marks=G_PROSE if i.startswith("(g)") else ()) for t, i in zip(texts, ids, strict=True)]
+    return [pytest.param(t, id=i) for t, i in zip(texts, ids, strict=True)]
 
 
 @pytest.mark.parametrize("text", page_sections())
