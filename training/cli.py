@@ -10,6 +10,7 @@ dir cannot be created or written into, before Hydra's traceback would. :func:`re
 grammar, so the printed command pastes as it is.
 """
 
+import os
 import re
 import shlex
 import sys
@@ -107,6 +108,8 @@ def _create(run_dir: str) -> None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
         sys.exit(f"normlab: error: cannot create run dir '{run_dir}': {e.strerror or e}")
+    if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 writes into the run dir
+        return
     try:  # a real write: os.access would pass a read-only mount, and pass everything as root
         tempfile.TemporaryFile(dir=run_dir).close()
     except OSError as e:

@@ -93,12 +93,8 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     # from another step, its collectives out of step with the others'.
     distributed.check_same("train.resume: the checkpoint found", f"step {ckpt['step']}" if ckpt else "none",
                            f"the run dir {run_dir} must be on a filesystem that every node sees")  # fmt: skip
-    if ckpt and "optimizer" not in ckpt:
-        raise ResumeRefused(f"train.resume: {resumed_from} holds weights only ({BEST}: for testing and predict.py); "
-                         "resume from a checkpoint.pt")  # fmt: skip
-    if ckpt and ckpt["step"] > tc.max_steps:
-        raise ResumeRefused(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={tc.max_steps}; "
-                         "raise trainer.max_steps to train on, or start afresh with train.resume=null")  # fmt: skip
+    if ckpt:
+        refuse_unfit(ckpt, resumed_from, tc.max_steps)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
@@ -110,11 +106,7 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     if ckpt and (diff := config_diff(ModelConfig.from_dict(ckpt["model_config"]).to_dict(), mcfg.to_dict())):
         raise ResumeRefused(f"train.resume: {resumed_from} was trained with another model ({diff}); resume with the same one")
     if is_main:  # the resume checked out: the run dir becomes this run's
-        OmegaConf.save(cfg.resolved, run_dir / "config.yaml")
-        write_status(run_dir, state="running", max_steps=tc.max_steps, error=None)
-        (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
-        if not ckpt:
-            (run_dir / BEST).unlink(missing_ok=True)  # an earlier run's, started afresh
+        claim_run_dir(cfg, run_dir, fresh=not ckpt)
     model = EncoderDecoder(mcfg).to(device)
     if is_main:  # the report's parameter columns (analysis.runs.Run.params), and the precision config.yaml's auto chose
         write_status(run_dir, params=model.parameter_counts(), precision=precision)
@@ -156,6 +148,26 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
           f"run dir {run_dir}")  # fmt: skip
     return Run(cfg, run_dir, is_main, device, world, mcfg, task, model, ddp, opt, sched, telemetry, logger,
                options, peak_flops(device, tc.peak_tflops), **state)  # fmt: skip
+
+
+def refuse_unfit(ckpt: dict[str, Any], resumed_from: Path, max_steps: int) -> None:
+    """Raise ResumeRefused for a checkpoint this run cannot continue: weights only, or past ``max_steps``."""
+    if "optimizer" not in ckpt:
+        raise ResumeRefused(f"train.resume: {resumed_from} holds weights only ({BEST}: for testing and predict.py); "
+                            "resume from a checkpoint.pt")  # fmt: skip
+    if ckpt["step"] > max_steps:
+        raise ResumeRefused(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={max_steps}; "
+                            "raise trainer.max_steps to train on, or start afresh with train.resume=null")  # fmt: skip
+
+
+def claim_run_dir(cfg: RunConfig, run_dir: Path, fresh: bool) -> None:
+    """Make ``run_dir`` this run's: its config.yaml and a running status; an earlier attempt's error.log goes, and a
+    fresh start drops an earlier run's best checkpoint. Called only once a resume has checked out."""
+    OmegaConf.save(cfg.resolved, run_dir / "config.yaml")
+    write_status(run_dir, state="running", max_steps=cfg.trainer.max_steps, error=None)
+    (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
+    if fresh:
+        (run_dir / BEST).unlink(missing_ok=True)  # an earlier run's, started afresh
 
 
 def sized_model_config(cfg: RunConfig, task: Task) -> ModelConfig:
