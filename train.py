@@ -147,6 +147,10 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                     raise RunInterrupted(f"stopped by {name} after step {run.step}; checkpoint {run_dir / LATEST}; "
                                          f"continue with: {resume_command(run_dir)}", signum)  # fmt: skip
                 window.restart()
+            if stop.signum and run.world == 1:  # it came after the last step's check: the checkpoint holds that step
+                name = signal.Signals(stop.signum).name
+                raise RunInterrupted(f"stopped by {name} after the last step, before the final test; "
+                                     f"continue with: {resume_command(run_dir)}", stop.signum)  # fmt: skip
         # The final test only reads the model (checkpoint.pt holds the last step): a signal stops it at once, and a
         # resume tests again.
         with StopRequest(at_once=f"during the final test; {resume_hint(run_dir)}"):

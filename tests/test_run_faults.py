@@ -125,6 +125,27 @@ def test_sigterm_during_the_final_test_stops_it_and_a_resume_tests_again(tmp_pat
     assert [r["step"] for r in rows if "test/per" in r] == [20]
 
 
+def test_a_signal_during_the_last_step_s_validation_is_not_lost(tmp_path, monkeypatch):
+    # the loop reads the signal before the last step's validation and checkpoint; one landing there was dropped and
+    # the run went on to its test and exit 0
+    import training.run
+
+    real = training.run.validate_run
+
+    def sigterm_in_last_validation(run):
+        if run.step == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(run)
+
+    monkeypatch.setattr(training.run, "validate_run", sigterm_in_last_validation)
+    with pytest.raises(train_module.RunInterrupted, match="stopped by SIGTERM after the last step, before the final test"):
+        train_module.train(make_cfg("trainer.max_steps=4"), tmp_path)
+    assert status(tmp_path)["state"] == "interrupted" and "test" not in status(tmp_path)
+    monkeypatch.setattr(training.run, "validate_run", real)
+    train_module.train(make_cfg("trainer.max_steps=4"), tmp_path)  # resumes at step 4: the test alone
+    assert status(tmp_path)["state"] == "finished" and set(status(tmp_path)["test"]) == {"test/per", "test/wer"}
+
+
 @pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="root writes anywhere; setpriv drops that")
 def test_a_read_only_run_dir_stops_with_one_normlab_line(tmp_path):  # 19
     run_dir = tmp_path / "run"
