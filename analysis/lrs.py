@@ -374,3 +374,9 @@ def _why(cell: Cell) -> str:
     if cell.state == "finished":
         return f"finished without a {LOSS} after step 0"
     return cell.state + (" (no status.json)" if cell.state == "unknown" else "")
+
+
+def last_max_logit(run: Run | None) -> float | None:
+    """The largest attention max logit of ``run``'s last telemetry record that has any (None: none recorded)."""
+    records = [rec for _, rec in sorted(run.profile("max_logit").items()) if rec] if run else []
+    return max(records[-1].values()) if records else None

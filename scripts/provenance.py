@@ -9,7 +9,7 @@ optional) and writes one row per entry (``analysis.provenance.FIELDS``): the com
 difference and the arm's seed-to-seed sd. A re-run's metric is read with the function its section's CSV was written
 with: ``test/per`` (``Run.final``, as ``scripts.report`` and ``scripts.report_batch_vs_layer``), ``final_val_loss``
 (``analysis.lrs.final_loss_of``, as ``scripts.report_lrs`` and ``scripts.report_regime``), ``max_attn_logit``
-(``scripts.report_lrs.last_max_logit``), ``per_run[LABEL]`` of ``depth_growth.csv`` (``analysis.depth.growth`` at the
+(``analysis.lrs.last_max_logit``), ``per_run[LABEL]`` of ``depth_growth.csv`` (``analysis.depth.growth`` at the
 run's first or last telemetry step, as ``analysis.depth.growth_rows``). A benchmark's cell (``run_dir`` a CSV) is read
 from the CSV ``scripts.bench norms --csv`` wrote. Paths in ``csv`` are below ``--docs`` (default: the repository's docs/).
 Exit status 2 with one line on a missing file or a bad spec entry.
@@ -29,10 +29,9 @@ import yaml
 
 from analysis.csvs import write_csv
 from analysis.depth import growth
-from analysis.lrs import final_loss_of
+from analysis.lrs import final_loss_of, last_max_logit
 from analysis.provenance import FIELDS, Reader, row
 from analysis.runs import Run
-from scripts.report_lrs import last_max_logit
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

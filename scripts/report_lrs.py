@@ -45,10 +45,18 @@ import html
 from collections.abc import Callable
 
 from analysis.csvs import output_dir, read_rows, write_csv
-from analysis.lrs import GRIDS_DIFFER, NOT_LEARNED, Family, LRStudy, lrs_versus, not_learned_pairs, study_from_cells
+from analysis.lrs import (
+    GRIDS_DIFFER,
+    NOT_LEARNED,
+    Family,
+    LRStudy,
+    last_max_logit,
+    lrs_versus,
+    not_learned_pairs,
+    study_from_cells,
+)
 from analysis.paired import delta_text
 from analysis.presets import preset_of, shown_label, stored_label
-from analysis.runs import Run
 from scripts.report_tables import params_columns
 
 CELL_COLUMNS = ("family", "seed", "lr", "final_val_loss", "init_loss", "state")  # what study_from_cells reads
@@ -141,12 +149,6 @@ def lrs_note(study: LRStudy) -> str:
     """The paragraph above the table: the definition, and what was left out of the study."""
     left_out = "".join(f"<br>{html.escape(n)}" for n in study.notes)
     return f'<p class="note">{html.escape(NOTE)}{left_out}</p>\n'
-
-
-def last_max_logit(run: Run | None) -> float | None:
-    """The largest attention max logit of ``run``'s last telemetry record that has any (None: none recorded)."""
-    records = [rec for _, rec in sorted(run.profile("max_logit").items()) if rec] if run else []
-    return max(records[-1].values()) if records else None
 
 
 def cell_rows(study: LRStudy) -> list[tuple]:
