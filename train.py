@@ -155,6 +155,9 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
         # resume tests again.
         with StopRequest(at_once=f"during the final test; {resume_hint(run_dir)}"):
             test = final_test(run)
+            # The other ranks wait for rank 0's test: a rank that tore its gloo group down while rank 0 was still
+            # validating aborted (SIGABRT, "terminate called without an active exception") in a CI run.
+            distributed.wait_for_all()
     finally:
         run.logger.close()
     if is_main:

@@ -106,7 +106,8 @@ def test_two_ranks_stopped_and_resumed_continue_each_rank_rng_stream_exactly(tmp
 
 # Run as `torchrun ... per_rank.py <overrides>` in the test's dir: each rank writes rank<RANK>.jsonl, one line
 # per micro-batch (its token-mean cross-entropy, z-loss term and real target tokens, as token_losses returns
-# them) and one per step (the gradient norm train_step returns), read back without changing a value.
+# them) and one per step (the gradient norm train_step returns), read back without changing a value; and shutdown<RANK>: the
+# run's state (status.json) when that rank ends its process group.
 PER_RANK_VALUES = f"""
 import json, os, runpy, sys
 sys.path.insert(0, {str(ROOT)!r})
@@ -124,6 +125,14 @@ def train_step(*args, **kwargs):
     log.flush()
     return result
 training.step.token_losses, training.step.train_step = token_losses, train_step  # train.py imports train_step from here
+import pathlib, training.distributed
+real_shutdown = training.distributed.shutdown
+def shutdown():  # the run's state as this rank sees it when it tears its process group down
+    run_dir = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("hydra.run.dir="))
+    state = json.loads((pathlib.Path(run_dir) / "status.json").read_text())["state"]
+    pathlib.Path("shutdown" + os.environ["RANK"]).write_text(state)
+    real_shutdown()
+training.distributed.shutdown = shutdown  # train.py calls distributed.shutdown()
 runpy.run_path({str(ROOT / "train.py")!r}, run_name="__main__")
 """
 
@@ -185,6 +194,8 @@ def test_two_ranks_log_z_loss_and_spike_scores_of_every_rank_s_tokens(tmp_path):
     # mean (log Z)^2 >= (mean log Z)^2, and log Z varies little between tokens at init.
     assert rows[1]["out/logz"] ** 2 <= ranks[0][0]["micro"][0]["z"] / 1e-4 <= 1.01 * rows[1]["out/logz"] ** 2
 
+    # Rank 1 tears its process group down only once rank 0 has tested (gloo can abort a rank that leaves early).
+    assert [(tmp_path / f"shutdown{r}").read_text() for r in (0, 1)] == ["finished", "finished"]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "finished" and status["spike_score_loss"] == status["spike_score_grad_norm"] == 0.0
     state = load_checkpoint(run_dir / "checkpoint.pt")["spikes"]

@@ -118,6 +118,13 @@ def check_same(what: str, value: object, hint: str) -> None:
         raise ValueError(f"{what} differs between ranks ({ranks}); {hint}")
 
 
+def wait_for_all() -> None:
+    """Every rank waits here until all have arrived (a barrier, bounded by the process group's timeout like any
+    collective); a no-op in a single process."""
+    if dist.is_initialized():
+        dist.barrier()
+
+
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
