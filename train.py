@@ -11,6 +11,12 @@
 """
 
 import os
+
+# OpenMP threads that wait for work sleep instead of spinning: beside other busy processes a run whose threads spin
+# slowed ~5x (docs/benchmarks.md, "Threads"). libgomp reads this once, when torch loads it: so before torch. A value
+# the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import signal
 import sys
 import traceback

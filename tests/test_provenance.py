@@ -127,6 +127,8 @@ def test_a_row_reads_its_rerun_from_a_run_dir_or_a_csv(tmp_path: Path) -> None:
     got = dict(zip(FIELDS, row({**base, "metric": "test/per", "run_dir": "r", "command": "c"}, *args), strict=True))
     assert got["rerun"] == 0.4 and got["diff"] == pytest.approx(0.05) and got["diff_in_sd"] == pytest.approx(1.0)
     assert got["rerun_commit"] == "deaf845" and got["key"] == "arm=ln; seed=1"
+    later = {**base, "metric": "test/per", "run_dir": "r", "rerun_commit": "b0f1e97"}  # a cell re-run after the others
+    assert dict(zip(FIELDS, row(later, *args), strict=True))["rerun_commit"] == "b0f1e97"
     got = dict(zip(FIELDS, row({**base, "metric": "ratio", "run_dir": "bench.csv"}, *args), strict=True))
     assert got["rerun"] == 2.25 and got["diff"] == pytest.approx(0.25) and got["diff_in_sd"] == pytest.approx(0.5)
     got = dict(zip(FIELDS, row({**base, "metric": "ratio", "note": "not re-run"}, *args), strict=True))
