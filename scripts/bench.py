@@ -11,6 +11,8 @@
     python -m scripts.bench precision             # bf16 autocast / fp32 step time per model size, + 200 steps of G2P each
     python -m scripts.bench precision --sizes small --seeds 0 --loss-steps 50   # a quicker look
     python -m scripts.bench model --device cuda --compile
+    python -m scripts.bench profile               # where a training step's time goes, per model size (torch.profiler)
+    python -m scripts.bench profile --sizes small --dropout 0.1 --steps 5
 
 Run from the repository root (``python -m`` puts it on the import path).
 
@@ -48,6 +50,7 @@ from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast
 from training.schema import PRECISIONS, ScheduleConfig
 from training.step import StepOptions, train_step
+from training.step_profile import CATEGORIES, profile_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 NORM_PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
@@ -180,14 +183,16 @@ def norm_preset(name: str) -> dict:
 
 
 def default_model_and_batch(
-    norm: dict | None = None, dropout: float | None = None, size: str = "small"
+    norm: dict | None = None, dropout: float | None = None, size: str = "small", attn_dropout: float | None = None
 ) -> tuple[EncoderDecoder, Batch]:
     """The default model (conf/model/small.yaml, or ``size``'s preset; ``norm`` defaults to the pre_ln preset,
-    ``dropout`` to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10 phonemes, the default
-    4096-token budget."""
+    ``dropout`` and ``attn_dropout`` to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10
+    phonemes, the default 4096-token budget."""
     sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{size}.yaml"))
     if dropout is not None:
         sizes["dropout"] = dropout
+    if attn_dropout is not None:
+        sizes["attn_dropout"] = attn_dropout
     norm = norm or norm_preset("pre_ln")
     torch.manual_seed(0)
     model = EncoderDecoder(ModelConfig.from_dict({"src_vocab": 31, "tgt_vocab": 43, **sizes, "norm": norm}))
@@ -276,6 +281,20 @@ def bench_precision_steps(sizes: list[str], rounds: int, clock: str) -> None:
               f"{row['ratio']:>9.3f} {row['ratio_q1']:>6.3f} {row['ratio_q3']:>6.3f}")  # fmt: skip
 
 
+def bench_profile(sizes: list[str], dropout: float | None, attn_dropout: float | None, warmup: int, steps: int) -> None:
+    """Per model size (conf/model/), the share of a training step's wall time by category
+    (``training.step_profile.CATEGORIES``) over ``steps`` profiled steps of the 400-word batch, after ``warmup``
+    steps; pre_ln preset, AdamW, clipping and label smoothing as the default run has them, telemetry off."""
+    print(f"\nShare of a training step's wall time (self CPU time of the ops, by category; host: the rest), "
+          f"400-word batch, {torch.get_num_threads()} threads, {steps} profiled steps after {warmup}:")  # fmt: skip
+    print(f"  {'size':<6} {'dropout':>7} {'attn':>5} {'ms/step':>8} " + " ".join(f"{c:>10}" for c in CATEGORIES))
+    for size in sizes:
+        model, batch = default_model_and_batch(dropout=dropout, size=size, attn_dropout=attn_dropout)
+        shares = profile_steps(model, make_step(model, batch, telemetry=None), warmup, steps)
+        print(f"  {size:<6} {model.cfg.dropout:>7.2f} {model.cfg.attn_dropout_p:>5.2f} {1000 * shares['step_s']:>8.0f} "
+              + " ".join(f"{100 * shares[c]:>9.1f}%" for c in CATEGORIES))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -312,6 +331,13 @@ def main() -> None:
     prec.add_argument("--loss-steps", type=int, default=200, help="steps of each G2P run of the loss gap (0: skip it)")
     prec.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one fp32 and one bf16 run per seed")
     prec.add_argument("--model", choices=MODEL_SIZES, default="small", help="model preset of the G2P runs")
+    prof = sub.add_parser("profile", help="where a training step's time goes, per model size (torch.profiler)")
+    prof.add_argument("--sizes", nargs="+", choices=MODEL_SIZES, default=["tiny", "small"], help="model presets (conf/model/)")
+    prof.add_argument("--dropout", type=float, default=None, help="model.dropout (default: each preset's)")
+    prof.add_argument("--attn-dropout", type=float, default=None, help="model.attn_dropout (default: each preset's)")
+    prof.add_argument("--warmup", type=int, default=2, help="unprofiled steps first")
+    prof.add_argument("--steps", type=int, default=3, help="profiled steps")
+    prof.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     print(f"load average (1, 5, 15 min) before: {load_before}, {os.cpu_count()} CPUs")
@@ -323,6 +349,9 @@ def main() -> None:
         if args.loss_steps:
             with tempfile.TemporaryDirectory() as out:
                 bench_loss_gap(Path(out), args.model, args.loss_steps, args.seeds)
+    if args.what == "profile":
+        torch.set_num_threads(args.threads)
+        bench_profile(args.sizes, args.dropout, args.attn_dropout, args.warmup, args.steps)
     if args.what == "telemetry":
         bench_telemetry(args.rounds, args.window, args.compile, args.dropout)
     if args.what == "norms":
