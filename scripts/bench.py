@@ -13,6 +13,7 @@
     python -m scripts.bench model --device cuda --compile
     python -m scripts.bench profile               # where a training step's time goes, per model size (torch.profiler)
     python -m scripts.bench profile --sizes small --dropout 0.1 --steps 5
+    python -m scripts.bench dropout               # the step with normlab's Dropout vs nn.Dropout, and attn_dropout 0 vs p
 
 Run from the repository root (``python -m`` puts it on the import path).
 
@@ -38,6 +39,7 @@ from omegaconf import OmegaConf
 
 from data.batching import Batch
 from model.config import ModelConfig
+from model.dropout import Dropout
 from model.kinds import NATIVE_KINDS
 from model.norms import BatchReadingNorm, build_norm
 from model.transformer import EncoderDecoder
@@ -295,6 +297,39 @@ def bench_profile(sizes: list[str], dropout: float | None, attn_dropout: float |
               + " ".join(f"{100 * shares[c]:>9.1f}%" for c in CATEGORIES))  # fmt: skip
 
 
+def with_dropout(model: torch.nn.Module, kind: type[torch.nn.Dropout]) -> torch.nn.Module:
+    """``model`` with each of its dropouts (``nn.Dropout`` or normlab's ``Dropout``) replaced by a ``kind`` of the
+    same p."""
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, torch.nn.Dropout):
+                setattr(module, name, kind(child.p))
+    return model
+
+
+def bench_dropout(size: str, dropout: float, rounds: int, clock: str) -> None:
+    """One training step of ``size``'s model at model.dropout = ``dropout`` (400-word batch, pre_ln) in three
+    variants alternating: every dropout an ``nn.Dropout`` (bernoulli_ masks), every one normlab's ``Dropout``
+    (rand_like masks), and normlab's with attn_dropout 0 (SDPA keeps its flash kernel); each a ratio to the first."""
+    variants = {
+        "nn.Dropout (bernoulli_)": (torch.nn.Dropout, None),
+        "Dropout (rand_like)": (Dropout, None),
+        "Dropout, attn_dropout 0": (Dropout, 0.0),
+    }
+    fns = {}
+    for name, (kind, attn) in variants.items():
+        model, batch = default_model_and_batch(dropout=dropout, size=size, attn_dropout=attn)
+        fns[name] = make_step(with_dropout(model, kind), batch, telemetry=None)
+    samples = time_samples(fns, rounds, inner=1, warmup=2, clock=clock)
+    base = samples["nn.Dropout (bernoulli_)"]
+    print(f"\nOne training step of model={size} model.dropout={dropout} (400-word batch), {torch.get_num_threads()} threads, "
+          f"{clock} clock, {rounds} alternating rounds; ratio to nn.Dropout, attn_dropout {dropout} (< 1: faster):")  # fmt: skip
+    for name, t in samples.items():
+        row = ratio_row("dropout", t, base)
+        print(f"  {name:<26} {row['ratio']:6.3f}  (q1 {row['ratio_q1']:.3f}, q3 {row['ratio_q3']:.3f}; "
+              f"{1000 * statistics.median(t):.0f} ms)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -338,6 +373,12 @@ def main() -> None:
     prof.add_argument("--warmup", type=int, default=2, help="unprofiled steps first")
     prof.add_argument("--steps", type=int, default=3, help="profiled steps")
     prof.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share)")
+    drop = sub.add_parser("dropout", help="the step with normlab's Dropout vs nn.Dropout, and with attn_dropout 0")
+    drop.add_argument("--size", choices=MODEL_SIZES, default="small", help="model preset (conf/model/)")
+    drop.add_argument("--dropout", type=float, default=0.1, help="model.dropout (attn_dropout and act_dropout follow it)")
+    drop.add_argument("--rounds", type=int, default=7)
+    drop.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: this process's CPU time (see CLOCKS)")
+    drop.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     print(f"load average (1, 5, 15 min) before: {load_before}, {os.cpu_count()} CPUs")
@@ -349,8 +390,11 @@ def main() -> None:
         if args.loss_steps:
             with tempfile.TemporaryDirectory() as out:
                 bench_loss_gap(Path(out), args.model, args.loss_steps, args.seeds)
-    if args.what == "profile":
+    if args.what in ("profile", "dropout"):
         torch.set_num_threads(args.threads)
+    if args.what == "dropout":
+        bench_dropout(args.size, args.dropout, args.rounds, args.clock)
+    if args.what == "profile":
         bench_profile(args.sizes, args.dropout, args.attn_dropout, args.warmup, args.steps)
     if args.what == "telemetry":
         bench_telemetry(args.rounds, args.window, args.compile, args.dropout)
