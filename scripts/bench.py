@@ -11,6 +11,9 @@
     python -m scripts.bench precision             # bf16 autocast / fp32 step time per model size, + 200 steps of G2P each
     python -m scripts.bench precision --sizes small --seeds 0 --loss-steps 50   # a quicker look
     python -m scripts.bench model --device cuda --compile
+    python -m scripts.bench profile               # where a training step's time goes, per model size (torch.profiler)
+    python -m scripts.bench profile --sizes small --dropout 0.1 --steps 5
+    python -m scripts.bench dropout               # the step with normlab's Dropout vs nn.Dropout, and attn_dropout 0 vs p
 
 Run from the repository root (``python -m`` puts it on the import path).
 
@@ -36,6 +39,7 @@ from omegaconf import OmegaConf
 
 from data.batching import Batch
 from model.config import ModelConfig
+from model.dropout import Dropout
 from model.kinds import NATIVE_KINDS
 from model.norms import BatchReadingNorm, build_norm
 from model.transformer import EncoderDecoder
@@ -48,6 +52,7 @@ from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast
 from training.schema import PRECISIONS, ScheduleConfig
 from training.step import StepOptions, train_step
+from training.step_profile import CATEGORIES, profile_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 NORM_PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
@@ -180,14 +185,16 @@ def norm_preset(name: str) -> dict:
 
 
 def default_model_and_batch(
-    norm: dict | None = None, dropout: float | None = None, size: str = "small"
+    norm: dict | None = None, dropout: float | None = None, size: str = "small", attn_dropout: float | None = None
 ) -> tuple[EncoderDecoder, Batch]:
     """The default model (conf/model/small.yaml, or ``size``'s preset; ``norm`` defaults to the pre_ln preset,
-    ``dropout`` to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10 phonemes, the default
-    4096-token budget."""
+    ``dropout`` and ``attn_dropout`` to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10
+    phonemes, the default 4096-token budget."""
     sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{size}.yaml"))
     if dropout is not None:
         sizes["dropout"] = dropout
+    if attn_dropout is not None:
+        sizes["attn_dropout"] = attn_dropout
     norm = norm or norm_preset("pre_ln")
     torch.manual_seed(0)
     model = EncoderDecoder(ModelConfig.from_dict({"src_vocab": 31, "tgt_vocab": 43, **sizes, "norm": norm}))
@@ -276,6 +283,53 @@ def bench_precision_steps(sizes: list[str], rounds: int, clock: str) -> None:
               f"{row['ratio']:>9.3f} {row['ratio_q1']:>6.3f} {row['ratio_q3']:>6.3f}")  # fmt: skip
 
 
+def bench_profile(sizes: list[str], dropout: float | None, attn_dropout: float | None, warmup: int, steps: int) -> None:
+    """Per model size (conf/model/), the share of a training step's wall time by category
+    (``training.step_profile.CATEGORIES``) over ``steps`` profiled steps of the 400-word batch, after ``warmup``
+    steps; pre_ln preset, AdamW, clipping and label smoothing as the default run has them, telemetry off."""
+    print(f"\nShare of a training step's wall time (self CPU time of the ops, by category; host: the rest), "
+          f"400-word batch, {torch.get_num_threads()} threads, {steps} profiled steps after {warmup}:")  # fmt: skip
+    print(f"  {'size':<6} {'dropout':>7} {'attn':>5} {'ms/step':>8} " + " ".join(f"{c:>10}" for c in CATEGORIES))
+    for size in sizes:
+        model, batch = default_model_and_batch(dropout=dropout, size=size, attn_dropout=attn_dropout)
+        shares = profile_steps(model, make_step(model, batch, telemetry=None), warmup, steps)
+        print(f"  {size:<6} {model.cfg.dropout:>7.2f} {model.cfg.attn_dropout_p:>5.2f} {1000 * shares['step_s']:>8.0f} "
+              + " ".join(f"{100 * shares[c]:>9.1f}%" for c in CATEGORIES))  # fmt: skip
+
+
+def with_dropout(model: torch.nn.Module, kind: type[torch.nn.Dropout]) -> torch.nn.Module:
+    """``model`` with each of its dropouts (``nn.Dropout`` or normlab's ``Dropout``) replaced by a ``kind`` of the
+    same p."""
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, torch.nn.Dropout):
+                setattr(module, name, kind(child.p))
+    return model
+
+
+def bench_dropout(size: str, dropout: float, rounds: int, clock: str) -> None:
+    """One training step of ``size``'s model at model.dropout = ``dropout`` (400-word batch, pre_ln) in three
+    variants alternating: every dropout an ``nn.Dropout`` (bernoulli_ masks), every one normlab's ``Dropout``
+    (rand_like masks), and normlab's with attn_dropout 0 (SDPA keeps its flash kernel); each a ratio to the first."""
+    variants = {
+        "nn.Dropout (bernoulli_)": (torch.nn.Dropout, None),
+        "Dropout (rand_like)": (Dropout, None),
+        "Dropout, attn_dropout 0": (Dropout, 0.0),
+    }
+    fns = {}
+    for name, (kind, attn) in variants.items():
+        model, batch = default_model_and_batch(dropout=dropout, size=size, attn_dropout=attn)
+        fns[name] = make_step(with_dropout(model, kind), batch, telemetry=None)
+    samples = time_samples(fns, rounds, inner=1, warmup=2, clock=clock)
+    base = samples["nn.Dropout (bernoulli_)"]
+    print(f"\nOne training step of model={size} model.dropout={dropout} (400-word batch), {torch.get_num_threads()} threads, "
+          f"{clock} clock, {rounds} alternating rounds; ratio to nn.Dropout, attn_dropout {dropout} (< 1: faster):")  # fmt: skip
+    for name, t in samples.items():
+        row = ratio_row("dropout", t, base)
+        print(f"  {name:<26} {row['ratio']:6.3f}  (q1 {row['ratio_q1']:.3f}, q3 {row['ratio_q3']:.3f}; "
+              f"{1000 * statistics.median(t):.0f} ms)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -312,6 +366,19 @@ def main() -> None:
     prec.add_argument("--loss-steps", type=int, default=200, help="steps of each G2P run of the loss gap (0: skip it)")
     prec.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="one fp32 and one bf16 run per seed")
     prec.add_argument("--model", choices=MODEL_SIZES, default="small", help="model preset of the G2P runs")
+    prof = sub.add_parser("profile", help="where a training step's time goes, per model size (torch.profiler)")
+    prof.add_argument("--sizes", nargs="+", choices=MODEL_SIZES, default=["tiny", "small"], help="model presets (conf/model/)")
+    prof.add_argument("--dropout", type=float, default=None, help="model.dropout (default: each preset's)")
+    prof.add_argument("--attn-dropout", type=float, default=None, help="model.attn_dropout (default: each preset's)")
+    prof.add_argument("--warmup", type=int, default=2, help="unprofiled steps first")
+    prof.add_argument("--steps", type=int, default=3, help="profiled steps")
+    prof.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share)")
+    drop = sub.add_parser("dropout", help="the step with normlab's Dropout vs nn.Dropout, and with attn_dropout 0")
+    drop.add_argument("--size", choices=MODEL_SIZES, default="small", help="model preset (conf/model/)")
+    drop.add_argument("--dropout", type=float, default=0.1, help="model.dropout (attn_dropout and act_dropout follow it)")
+    drop.add_argument("--rounds", type=int, default=7)
+    drop.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: this process's CPU time (see CLOCKS)")
+    drop.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     print(f"load average (1, 5, 15 min) before: {load_before}, {os.cpu_count()} CPUs")
@@ -323,6 +390,12 @@ def main() -> None:
         if args.loss_steps:
             with tempfile.TemporaryDirectory() as out:
                 bench_loss_gap(Path(out), args.model, args.loss_steps, args.seeds)
+    if args.what in ("profile", "dropout"):
+        torch.set_num_threads(args.threads)
+    if args.what == "dropout":
+        bench_dropout(args.size, args.dropout, args.rounds, args.clock)
+    if args.what == "profile":
+        bench_profile(args.sizes, args.dropout, args.attn_dropout, args.warmup, args.steps)
     if args.what == "telemetry":
         bench_telemetry(args.rounds, args.window, args.compile, args.dropout)
     if args.what == "norms":
