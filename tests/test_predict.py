@@ -51,7 +51,8 @@ def test_predict_takes_a_run_dir_and_says_what_it_read(run_dir, tmp_path):
     assert len(proc.stdout.splitlines()) == 4  # one prediction per word, on stdout alone
     test = json.loads((run_dir / "status.json").read_text())["test"]
     assert proc.stderr.splitlines() == [
-        f"predict: {run_dir / 'checkpoint.pt'} at step 10 of 10; test PER {test['test/per']:.2%}, WER {test['test/wer']:.2%}",
+        f"predict: {run_dir / 'checkpoint.pt'} at step 10 of 10; test PER {test['test/per']:.2%}, WER {test['test/wer']:.2%}, "
+        f"1-ref PER {test['test/per_1ref']:.2%}, 1-ref WER {test['test/wer_1ref']:.2%}",
         "predict: line 1 'abc123': not in the vocabulary, read as <unk>: '1' '2' '3'",  # digits: no CMUdict letters
         "predict: line 3 'new york': not in the vocabulary, read as <unk>: ' '",
         "predict: line 4: longer than 63 tokens (model.max_len - 1); dropped: 'w'",
