@@ -71,7 +71,7 @@ def describe(ckpt: dict[str, Any], path: Path, task: TaskSpec) -> str:
     metrics = task.describe(test, prefix="test/")
     at = f" (the run's, at step {status['step']})" if status.get("step") not in (None, ckpt["step"]) else ""
     scored = status.get("tested")
-    of_weights = f" of {scored}" if scored not in (None, LAST_STEP_TESTED, ckpt.get("average")) else ""
+    of_weights = f" (tested: {scored})" if scored not in (None, LAST_STEP_TESTED, ckpt.get("average")) else ""
     tested = f"test {metrics}{at}{of_weights}" if metrics else "no test metrics in status.json"
     average = f" ({ckpt['average']})" if "average" in ckpt else ""
     return f"predict: {path}{average} at step {ckpt['step']}{of}; {tested}"

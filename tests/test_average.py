@@ -116,8 +116,9 @@ def test_a_stopped_and_resumed_run_averages_the_snapshots_of_a_straight_run(stra
 
 
 def test_fewer_checkpoints_than_k_average_those_there_are_and_a_fresh_start_drops_them(tmp_path, capsys):
-    train_module.train(make_cfg("trainer.average_last=5", "trainer.test_max_examples=20"), tmp_path)  # due: 10, 20
-    text = "average of the last 2 checkpoints, steps 10-20 (trainer.average_last=5: the run has 2 checkpoint steps)"
+    short = ["trainer.max_steps=12", "trainer.checkpoint_every=5", "trainer.test_max_examples=20"]  # due: 5, 10, 12
+    train_module.train(make_cfg(*short, "trainer.average_last=5"), tmp_path)
+    text = "average of the last 3 checkpoints, steps 5-12 (trainer.average_last=5: the run has 3 checkpoint steps)"
     assert status(tmp_path)["tested"] == text and f"normlab: testing {text} ({tmp_path / AVERAGED})\n" in capsys.readouterr().out
     train_module.train(make_cfg("train.resume=null", "trainer.max_steps=4", "trainer.test_max_examples=20"), tmp_path)
     assert snapshots(tmp_path) == {} and not (tmp_path / AVERAGED).exists()  # the earlier run's, removed

@@ -85,8 +85,8 @@ class TrainerConfig:
     test_max_examples: int | None
     peak_tflops: float | None
     test_checkpoint: str = "last"
-    average_last: int | None = None  # training/average.py; the default: configs written before the key (off)
     precision: str = "auto"  # the default: configs written before the key (fp32 on the CPU, bf16 on CUDA, as they ran)
+    average_last: int | None = None  # training/average.py; the default: configs written before the key (off)
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
