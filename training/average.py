@@ -43,7 +43,7 @@ def snapshots(run_dir: Path) -> dict[int, Path]:
     return {int(m.group(1)): run_dir / m.group(0) for m in found if m}
 
 
-def remove_all(run_dir: Path) -> None:
+def remove_snapshots(run_dir: Path) -> None:
     """Remove every snapshot and ``averaged.pt`` of ``run_dir`` (a fresh start: an earlier run's)."""
     for path in [*snapshots(run_dir).values(), run_dir / AVERAGED]:
         path.unlink(missing_ok=True)

@@ -22,8 +22,8 @@ from model.config import ModelConfig
 from model.transformer import EncoderDecoder
 from runlog.status import LAST_STEP_TESTED, write_status
 from telemetry.recorder import Telemetry
-from training import average, distributed
-from training.average import LastCheckpoints
+from training import distributed
+from training.average import AVERAGED, LastCheckpoints, remove_snapshots
 from training.best import BEST, BestCheckpoint
 from training.checkpoint import LATEST, ResumeRefused, config_diff, resolve_resume, rng_state, save_checkpoint, set_rng_state
 from training.evaluate import evaluate_loss
@@ -176,7 +176,7 @@ def claim_run_dir(cfg: RunConfig, run_dir: Path, fresh: bool) -> None:
     (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
     if fresh:
         (run_dir / BEST).unlink(missing_ok=True)  # an earlier run's, started afresh
-        average.remove_all(run_dir)
+        remove_snapshots(run_dir)
 
 
 def sized_model_config(cfg: RunConfig, task: Task) -> ModelConfig:
@@ -280,7 +280,7 @@ def final_test(run: Run) -> dict[str, float]:
         run.model.load_state_dict(averaged)
         run.average.write_average(run.run_dir, weights(run), run.step, run.tested)
     if run.best or run.average:
-        print(f"normlab: testing {run.tested} ({run.run_dir / (BEST if run.best else average.AVERAGED)})")
+        print(f"normlab: testing {run.tested} ({run.run_dir / (BEST if run.best else AVERAGED)})")
     scores = run.task.evaluate(run.model, "test", run.cfg.trainer.test_max_examples, run.device)
     test = {f"test/{k}": v for k, v in scores.items()}
     run.logger.log(run.step, test)
