@@ -167,7 +167,7 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     finally:
         run.logger.close()
     if is_main:
-        print_summary(run_dir, run.mcfg, run.step, run.task.summary_rows(test, tc.test_max_examples))
+        print_summary(run_dir, run.mcfg, run.step, [("tested", run.tested), *run.task.summary_rows(test, tc.test_max_examples)])
     return test
 
 

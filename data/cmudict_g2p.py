@@ -50,7 +50,8 @@ def load_cmudict(keep_stress: bool = False) -> "DatasetDict":
 
     Each row is one pronunciation: ``{"word": "abandon", "phonemes": "AH B AE N D AH N"}``
     (phonemes space-separated). A word with several pronunciations has several rows, all in
-    the same split; evaluation scores against the closest of them.
+    the same split, in the dictionary's order: its primary entry first, then ``word(2)``, ...; evaluation scores
+    against the closest of them, and single-reference scores against the first (``data.metrics``).
 
     Raises:
         ValueError: a split came out empty (a broken ``cmudict`` install).

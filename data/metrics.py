@@ -9,6 +9,12 @@ over words of edit distance to that reference / sum of its lengths (phonemes); W
 words whose hypothesis matches none of the references exactly. Edit distance is Levenshtein
 over phoneme symbols (unit costs, as Sequitur's ``align``), from ``rapidfuzz``.
 
+Single-reference scores (``first_only=True``) count the same errors against each word's *first* reference
+only: for CMUdict its primary entry (``word``, not ``word(2)``...), which the data keeps first
+(``data.cmudict_g2p.load_cmudict``). A word whose hypothesis spells a variant is then wrong, so single-reference
+WER is never below the closest-reference one (PER can be, by a hair: its denominator is the first references'
+lengths); published G2P results differ in which they report.
+
 Translation is scored on detokenized text with ``sacrebleu``'s defaults (Post 2018): corpus
 BLEU (Papineni et al. 2002) with its 13a tokenizer, mixed case, exponential smoothing, and chrF
 (Popovic 2015, character 6-grams, beta 2), both on a 0-100 scale.
@@ -20,8 +26,11 @@ import sacrebleu
 from rapidfuzz.distance import Levenshtein
 
 
-def per_wer(hyps: Sequence[Sequence[str]], refs: Sequence[Sequence[Sequence[str]]]) -> tuple[float, float]:
-    """PER and WER, both as fractions in [0, inf) and [0, 1], against each word's closest reference.
+def per_wer(
+    hyps: Sequence[Sequence[str]], refs: Sequence[Sequence[Sequence[str]]], first_only: bool = False
+) -> tuple[float, float]:
+    """PER and WER, both as fractions in [0, inf) and [0, 1], against each word's closest reference (``first_only``:
+    against its first reference alone).
 
     Among equally close references the one that sorts first counts (Sequitur G2P's rule, see the
     module docstring): a hypothesis "D AO G Z" against "D AO G" and "D AA G Z" (1 edit each)
@@ -29,7 +38,8 @@ def per_wer(hyps: Sequence[Sequence[str]], refs: Sequence[Sequence[Sequence[str]
 
     Args:
         hyps: one phoneme sequence per word.
-        refs: for each word, its reference pronunciations (at least one each).
+        refs: for each word, its reference pronunciations (at least one each), the primary one first.
+        first_only: score against ``refs[i][0]`` only (single-reference PER/WER, module docstring).
 
     Raises:
         ValueError: different numbers of hyps and refs, no words, or a word without references.
@@ -43,7 +53,7 @@ def per_wer(hyps: Sequence[Sequence[str]], refs: Sequence[Sequence[Sequence[str]
         if not word_refs:
             raise ValueError("a word has no reference pronunciation")
         # The tie-break on the reference itself (not its length) is Sequitur's: see the module docstring.
-        dist, ref = min((Levenshtein.distance(hyp, r), tuple(r)) for r in word_refs)
+        dist, ref = min((Levenshtein.distance(hyp, r), tuple(r)) for r in (word_refs[:1] if first_only else word_refs))
         edits += dist
         ref_len += len(ref)
         wrong += dist > 0

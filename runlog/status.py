@@ -12,7 +12,9 @@ went non-finite; absent otherwise), ``test`` (final test metrics), ``params`` (w
 hyper-connections', 0 without ``norm.hc``: ``EncoderDecoder.parameter_counts``; absent from runs written before it),
 ``precision`` (``fp32`` or ``bf16``, what ``trainer.precision`` resolved to: ``training.precision``; absent from runs
 written before it), ``best`` (with ``trainer.test_checkpoint=best``: ``{"metric": "val/per", "value": v, "step": n}``,
-the validation whose weights the test scored: ``training/best.py``), once the run logs to wandb, ``wandb_id`` (its
+the validation whose weights the test scored: ``training/best.py``), ``tested`` (written with ``test``: the weights the
+test scored, ``the last step's weights``, the best validation checkpoint's or ``average of the last 5 checkpoints,
+steps 3000-4000``: ``training/average.py``), once the run logs to wandb, ``wandb_id`` (its
 wandb run id, resumed by every later attempt in the dir), and in a SLURM job ``slurm``: ``{"job_id": "123_4",
 "restarts": N, "node": host}``, its job id and how many times SLURM requeued it (``training/slurm.py``).
 """
@@ -25,6 +27,7 @@ from runlog.atomic import atomic_write
 
 STATES = ("running", "finished", "diverged", "failed", "interrupted")
 DONE = ("finished", "diverged")  # a re-run of the same run dir skips these; the others resume
+LAST_STEP_TESTED = "the last step's weights"  # ``tested`` of a run whose test scored checkpoint.pt's weights
 
 
 def write_status(run_dir: Path, **fields: Any) -> None:

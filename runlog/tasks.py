@@ -104,10 +104,16 @@ _HIGHER = {"higher_is_better": True}
 TASKS = {
     spec.name: spec
     for spec in (
-        # CMUdict grapheme-to-phoneme: phoneme and word error rates against the closest reference
+        # CMUdict grapheme-to-phoneme: phoneme and word error rates against the closest reference, then against the
+        # first (primary) reference alone (data.metrics)
         TaskSpec(
             "g2p",
-            (MetricSpec("per", "PER", **_PERCENT), MetricSpec("wer", "WER", **_PERCENT)),
+            (
+                MetricSpec("per", "PER", **_PERCENT),
+                MetricSpec("wer", "WER", **_PERCENT),
+                MetricSpec("per_1ref", "1-ref PER", **_PERCENT),
+                MetricSpec("wer_1ref", "1-ref WER", **_PERCENT),
+            ),
             "per",
             "data.config:CmudictDataConfig",
             "lower",

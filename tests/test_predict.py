@@ -10,7 +10,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import train as train_module
-from scripts.predict import load_model, predict
+from runlog.tasks import TASKS
+from scripts.predict import describe, load_model, predict
 from scripts.predict import main as predict_main
 from tests.conftest import ROOT, make_cfg, model_config
 from training.devices import device_choices, parse_device
@@ -51,11 +52,23 @@ def test_predict_takes_a_run_dir_and_says_what_it_read(run_dir, tmp_path):
     assert len(proc.stdout.splitlines()) == 4  # one prediction per word, on stdout alone
     test = json.loads((run_dir / "status.json").read_text())["test"]
     assert proc.stderr.splitlines() == [
-        f"predict: {run_dir / 'checkpoint.pt'} at step 10 of 10; test PER {test['test/per']:.2%}, WER {test['test/wer']:.2%}",
+        f"predict: {run_dir / 'checkpoint.pt'} at step 10 of 10; test PER {test['test/per']:.2%}, WER {test['test/wer']:.2%}, "
+        f"1-ref PER {test['test/per_1ref']:.2%}, 1-ref WER {test['test/wer_1ref']:.2%}",
         "predict: line 1 'abc123': not in the vocabulary, read as <unk>: '1' '2' '3'",  # digits: no CMUdict letters
         "predict: line 3 'new york': not in the vocabulary, read as <unk>: ' '",
         "predict: line 4: longer than 63 tokens (model.max_len - 1); dropped: 'w'",
     ]
+
+
+def test_the_first_line_names_an_average_and_the_weights_the_run_tested(tmp_path):
+    text = "average of the last 3 checkpoints, steps 8-12"  # trainer.average_last=3 (training/average.py)
+    test = {"test/per": 0.1, "test/wer": 0.3}
+    (tmp_path / "status.json").write_text(json.dumps({"step": 12, "max_steps": 12, "test": test, "tested": text}))
+    averaged, last = tmp_path / "averaged.pt", tmp_path / "checkpoint.pt"
+    assert describe({"step": 12, "average": text}, averaged, TASKS["g2p"]) == (
+        f"predict: {averaged} ({text}) at step 12 of 12; test PER 10.00%, WER 30.00%")  # fmt: skip
+    assert describe({"step": 12}, last, TASKS["g2p"]) == (
+        f"predict: {last} at step 12 of 12; test PER 10.00%, WER 30.00% (tested: {text})")  # fmt: skip
 
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:99"])

@@ -543,14 +543,16 @@ def test_columns_with_nothing_to_read_are_hidden_and_named(tmp_path: Path) -> No
     page = report.build_report([quiet_sweep(tmp_path, [0.3, 0.4])], tmp_path / "report").read_text(encoding="utf-8")
     variants, _ = table(page, "data-variant")
     runs, _ = table(page, "data-run")
-    hidden = ("diverged", "spike_score_loss", "spike_score_grad_norm")
+    hidden = ("diverged", "test/per_1ref", "test/wer_1ref", "spike_score_loss", "spike_score_grad_norm")
     assert all(key not in row for key in hidden for row in [*variants.values(), *runs.values()])
     assert all("notes" not in row for row in runs.values())  # every run read cleanly: no note to show
-    assert ('<p class="note" data-hidden="diverged,spike_score_loss,spike_score_grad_norm">Columns left out, every value '
-            "0 or empty: diverged, loss spike score (%): mean ± stderr (n), grad norm spike score (%): mean ± stderr (n).</p>"
+    # the runs log no first-reference scores (as runs written before them): those columns are left out too
+    assert ('<p class="note" data-hidden="diverged,test/per_1ref,test/wer_1ref,spike_score_loss,spike_score_grad_norm">'
+            "Columns left out, every value 0 or empty: diverged, 1-ref PER (%): mean ± stderr (n), 1-ref WER (%): mean ± "
+            "stderr (n), loss spike score (%): mean ± stderr (n), grad norm spike score (%): mean ± stderr (n).</p>"
             ) in page  # fmt: skip
-    assert ("every value 0 or empty: diverged, loss spike score (%), grad norm spike score (%), notes, hyper-connection "
-            "parameters.</p>") in page  # runs  # fmt: skip
+    assert ("every value 0 or empty: diverged, 1-ref PER (%), 1-ref WER (%), loss spike score (%), grad norm spike score "
+            "(%), notes, hyper-connection parameters.</p>") in page  # runs  # fmt: skip
     assert [row["test/wer"][1] for row in runs.values()] == ["30.00", "40.00"]  # the rest is shown
     assert [row["params"][1] for row in [*variants.values(), *runs.values()]] == ["9,000"] * 4
 
@@ -577,7 +579,8 @@ def test_an_integer_and_its_float_are_one_setting(tmp_path: Path) -> None:
 def test_curves_csv_holds_every_run_s_loss_and_validation_curves(built: tuple[Path, str]) -> None:
     with (built[0].parent / "curves.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["variant", "run", "step", "train/loss", "val/loss", "val/per", "val/wer"]
+    val = ["val/per", "val/wer", "val/per_1ref", "val/wer_1ref"]  # the last two empty: these runs log none
+    assert list(rows[0]) == ["variant", "run", "step", "train/loss", "val/loss", *val]
     (_, offset, _), seed = RUNS["norm=post_rms,seed=1"], 1
     mine = {int(r["step"]): r for r in rows if r["run"] == "norm=post_rms,seed=1"}
     assert sorted(mine) == STEPS  # telemetry-only steps (1) hold none of the curves: no row

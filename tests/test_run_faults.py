@@ -36,6 +36,8 @@ sys.argv = [{str(ROOT / "train.py")!r}, *sys.argv[1:]]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
+G2P_TEST = {"test/per", "test/wer", "test/per_1ref", "test/wer_1ref"}  # every score of the final test
+
 
 def train_cli(*args: str, cwd: Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     return subprocess.run([*prefix, sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
@@ -120,7 +122,7 @@ def test_sigterm_during_the_final_test_stops_it_and_a_resume_tests_again(tmp_pat
     st = status(run_dir)
     assert st["state"] == "interrupted" and "during the final test" in st["error"] and "test" not in st
     test = train_module.train(make_cfg(), run_dir)  # train.resume=auto: no step left to train, the test again
-    assert status(run_dir)["state"] == "finished" and status(run_dir)["test"] == test and set(test) == {"test/per", "test/wer"}
+    assert status(run_dir)["state"] == "finished" and status(run_dir)["test"] == test and set(test) == G2P_TEST
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "test/per" in r] == [20]
 
@@ -143,7 +145,7 @@ def test_a_signal_during_the_last_step_s_validation_is_not_lost(tmp_path, monkey
     assert status(tmp_path)["state"] == "interrupted" and "test" not in status(tmp_path)
     monkeypatch.setattr(training.run, "validate_run", real)
     train_module.train(make_cfg("trainer.max_steps=4"), tmp_path)  # resumes at step 4: the test alone
-    assert status(tmp_path)["state"] == "finished" and set(status(tmp_path)["test"]) == {"test/per", "test/wer"}
+    assert status(tmp_path)["state"] == "finished" and set(status(tmp_path)["test"]) == G2P_TEST
 
 
 @pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="root writes anywhere; setpriv drops that")

@@ -21,9 +21,11 @@ def test_sections_and_panels(workspace) -> None:
     assert (workspace.entity, workspace.project) == ("my-team", "normlab")
     sections = {s.name: s for s in workspace.sections}
     stability = ["Attention max logit per block", "Spectral norm per block", "Output logits and optimizer state"]
-    assert list(sections) == ["Loss", "PER / WER", "Residual RMS per block", "Gradient norm per block", *stability]
+    g2p = "PER / WER / 1-ref PER / 1-ref WER"  # closest-reference, then first-reference scores (data/metrics.py)
+    assert list(sections) == ["Loss", g2p, "Residual RMS per block", "Gradient norm per block", *stability]
     assert panel_metrics(sections["Loss"]) == [["train/loss"], ["val/loss"]]
-    assert panel_metrics(sections["PER / WER"]) == [["val/per"], ["val/wer"], ["test/per", "test/wer"]]
+    tests = ["test/per", "test/wer", "test/per_1ref", "test/wer_1ref"]
+    assert panel_metrics(sections[g2p]) == [["val/per"], ["val/wer"], ["val/per_1ref"], ["val/wer_1ref"], tests]
     blocks = ["enc.0", "enc.1", "dec.0", "dec.1", "dec.2"]
     assert panel_metrics(sections["Residual RMS per block"]) == [[f"act/{b}.out/rms"] for b in blocks]
     assert panel_metrics(sections["Gradient norm per block"]) == [[f"grad/{b}/norm"] for b in blocks]
@@ -103,7 +105,8 @@ def test_the_task_section_comes_from_the_runs_task_json(tmp_path, capsys: pytest
     (run / "config.yaml").write_text("model:\n  n_enc_layers: 1\n  n_dec_layers: 1\n")
     (run / "status.json").write_text("{}")
     assert main(["--entity", "e", "--project", "p", "--group", "g", "--run-dir", str(run)]) == 0
-    assert task_line(capsys.readouterr().out) == "  PER / WER (3): val/per, val/wer, test/per and test/wer"  # no task.json: G2P
+    vals, tests = "val/per, val/wer, val/per_1ref, val/wer_1ref", "test/per and test/wer and test/per_1ref and test/wer_1ref"
+    assert task_line(capsys.readouterr().out) == f"  PER / WER / 1-ref PER / 1-ref WER (5): {vals}, {tests}"  # no task.json: G2P
     write_task(run, TASKS["translation"])
     assert main(["--entity", "e", "--project", "p", "--group", "g", "--run-dir", str(run)]) == 0
     assert task_line(capsys.readouterr().out) == "  BLEU / chrF (3): val/bleu, val/chrf, test/bleu and test/chrf"

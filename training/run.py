@@ -20,9 +20,10 @@ from data.tokenizer import PAD_ID
 from model.batch_reading import BatchReadingNorm
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
-from runlog.status import write_status
+from runlog.status import LAST_STEP_TESTED, write_status
 from telemetry.recorder import Telemetry
 from training import distributed
+from training.average import AVERAGED, LastCheckpoints, remove_snapshots
 from training.best import BEST, BestCheckpoint
 from training.checkpoint import LATEST, ResumeRefused, config_diff, resolve_resume, rng_state, save_checkpoint, set_rng_state
 from training.evaluate import evaluate_loss
@@ -64,6 +65,8 @@ class Run:
     spikes: RunSpikes = field(default_factory=RunSpikes)  # spike scores of every step so far, over resumes
     last_good: str = "none written yet"  # the checkpoint a diverged run can go back to
     best: BestCheckpoint | None = None  # trainer.test_checkpoint=best: the best validation so far (training/best.py)
+    average: LastCheckpoints | None = None  # trainer.average_last: the snapshots averaged (training/average.py)
+    tested: str = LAST_STEP_TESTED  # what the final test scored: status.json's ``tested``, the summary's first row
 
 
 def resolve_device(name: str) -> torch.device:
@@ -130,6 +133,10 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     if tc.test_checkpoint == "best":
         state["best"] = BestCheckpoint(task.spec.metric(task.spec.headline))
         state["best"].load_state(ckpt.get("best") if ckpt else None)
+    if tc.average_last:
+        state["average"] = LastCheckpoints(tc.average_last, tc.checkpoint_every, tc.max_steps)
+        if is_main:  # snapshots past the checkpoint's step, or no longer due: a straight run would not hold them
+            state["average"].prune(run_dir, ckpt["step"] if ckpt else 0)
     step = state.get("step", 0)
     sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule, tc.max_steps, start_step=step)
     if cfg.schedule.warmup_steps >= tc.max_steps:
@@ -162,12 +169,14 @@ def refuse_unfit(ckpt: dict[str, Any], resumed_from: Path, max_steps: int) -> No
 
 def claim_run_dir(cfg: RunConfig, run_dir: Path, fresh: bool) -> None:
     """Make ``run_dir`` this run's: its config.yaml and a running status; an earlier attempt's error.log goes, and a
-    fresh start drops an earlier run's best checkpoint. Called only once a resume has checked out."""
+    fresh start drops an earlier run's best checkpoint and averaging snapshots. Called only once a resume has checked
+    out."""
     OmegaConf.save(cfg.resolved, run_dir / "config.yaml")
     write_status(run_dir, state="running", max_steps=cfg.trainer.max_steps, error=None)
     (run_dir / "error.log").unlink(missing_ok=True)  # an earlier attempt's, now resumed
     if fresh:
         (run_dir / BEST).unlink(missing_ok=True)  # an earlier run's, started afresh
+        remove_snapshots(run_dir)
 
 
 def sized_model_config(cfg: RunConfig, task: Task) -> ModelConfig:
@@ -241,6 +250,8 @@ def save_run(run: Run) -> None:
     rngs = distributed.all_gather_object(rng_state(run.device))
     if not run.is_main:
         return
+    if run.average:  # before checkpoint.pt: a kill between the two leaves a snapshot the resumed run writes again
+        run.average.save(run.run_dir, run.step, weights(run))
     save_checkpoint(run.run_dir, {
         "config": run.cfg.resolved, "model_config": run.mcfg.to_dict(),
         "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
@@ -255,17 +266,23 @@ def save_run(run: Run) -> None:
 
 def final_test(run: Run) -> dict[str, float]:
     """The final test metrics (rank 0 decodes; other ranks return ``{}``), logged and written to
-    ``status.json`` with state ``finished``; with ``trainer.test_checkpoint=best`` of the best validation
-    checkpoint's weights (``best.pt``), which stay in the model."""
+    ``status.json`` with state ``finished`` and what was ``tested``; with ``trainer.test_checkpoint=best`` of the best
+    validation checkpoint's weights (``best.pt``), with ``trainer.average_last`` of the average of the last
+    checkpoints' (``training/average.py``; also written to ``averaged.pt``): either stays in the model."""
     if not run.is_main:
         return {}
     if run.best:  # trainer.test_checkpoint=best; the last step's weights stay in checkpoint.pt
         run.model.load_state_dict(run.best.weights(run.run_dir))
-        print(f"normlab: testing the best validation checkpoint: step {run.best.step}, "
-              f"{run.best.metric.text(run.best.value)} ({run.run_dir / BEST})")  # fmt: skip
+        run.tested = f"the best validation checkpoint: step {run.best.step}, {run.best.metric.text(run.best.value)}"
         write_status(run.run_dir, best=run.best.record())
+    if run.average:  # trainer.average_last (never with best: training.schema)
+        averaged, run.tested = run.average.average(run.run_dir, run.step)
+        run.model.load_state_dict(averaged)
+        run.average.write_average(run.run_dir, weights(run), run.step, run.tested)
+    if run.best or run.average:
+        print(f"normlab: testing {run.tested} ({run.run_dir / (BEST if run.best else AVERAGED)})")
     scores = run.task.evaluate(run.model, "test", run.cfg.trainer.test_max_examples, run.device)
     test = {f"test/{k}": v for k, v in scores.items()}
     run.logger.log(run.step, test)
-    write_status(run.run_dir, state="finished", test=test)
+    write_status(run.run_dir, state="finished", test=test, tested=run.tested)
     return test

@@ -67,7 +67,8 @@ class TrainerConfig:
 
     Raises:
         ValueError: an unknown device or precision, a count < 1, a grad_clip or peak_tflops <= 0 (null is
-            allowed: no clipping; looked up), label_smoothing outside [0, 1).
+            allowed: no clipping; looked up), label_smoothing outside [0, 1), an average_last < 2, or average_last
+            with test_checkpoint=best (both choose the weights the final test scores).
     """
 
     device: str
@@ -85,6 +86,7 @@ class TrainerConfig:
     peak_tflops: float | None
     test_checkpoint: str = "last"
     precision: str = "auto"  # the default: configs written before the key (fp32 on the CPU, bf16 on CUDA, as they ran)
+    average_last: int | None = None  # training/average.py; the default: configs written before the key (off)
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -103,6 +105,12 @@ class TrainerConfig:
                  "it must be null or > 0")  # fmt: skip
         _require(self.test_checkpoint in TEST_CHECKPOINTS, "trainer.test_checkpoint", self.test_checkpoint,
                  f"valid: {', '.join(TEST_CHECKPOINTS)}")  # fmt: skip
+        _require(self.average_last is None or self.average_last >= 2, "trainer.average_last", self.average_last,
+                 "it must be null (off) or an integer >= 2 (the checkpoints averaged)")  # fmt: skip
+        if self.average_last is not None and self.test_checkpoint == "best":
+            raise ValueError(f"trainer.average_last={self.average_last} and trainer.test_checkpoint=best both choose the "
+                             "weights the final test scores; set one: trainer.average_last=null or "
+                             "trainer.test_checkpoint=last")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """CMUdict grapheme-to-phoneme: letters in, ARPAbet phonemes out; PER and WER (fractions) against the
-closest reference pronunciation of each word."""
+closest reference pronunciation of each word, and against its first (primary) one alone (``data.metrics``)."""
 
 import functools
 from dataclasses import dataclass
@@ -24,7 +24,8 @@ from training.tasks import Task, restored_vocabularies
 
 @dataclass
 class G2PEvalSet:
-    """One entry per distinct word: its letter ids and every reference pronunciation."""
+    """One entry per distinct word: its letter ids and every reference pronunciation, in the dictionary's order (the
+    primary entry first: what single-reference scores count against)."""
 
     words: list[str]
     src: list[list[int]]
@@ -56,11 +57,13 @@ def evaluate_g2p(
     model: EncoderDecoder, eval_set: G2PEvalSet, tgt_vocab: Tokenizer, dcfg: DecodeConfig, max_tokens: int,
     device: torch.device,
 ) -> dict[str, float]:  # fmt: skip
-    """``{"per": ..., "wer": ...}`` (fractions) of the decoded pronunciations against the closest reference."""
+    """``{"per", "wer", "per_1ref", "wer_1ref"}`` (fractions) of the decoded pronunciations against each word's closest
+    reference and against its first reference alone (``data.metrics.per_wer``)."""
     hyps = decode_all(model, eval_set.src, dcfg, max_tokens, device)
     phonemes = [[tgt_vocab.id_to_token(i) for i in ids if i != PAD_ID] for ids in hyps]
     per, wer = per_wer(phonemes, eval_set.refs)
-    return {"per": per, "wer": wer}
+    per_1ref, wer_1ref = per_wer(phonemes, eval_set.refs, first_only=True)
+    return {"per": per, "wer": wer, "per_1ref": per_1ref, "wer_1ref": wer_1ref}
 
 
 class G2PTask(Task):
@@ -80,7 +83,7 @@ class G2PTask(Task):
         self._save_vocabularies()
 
     def evaluate(self, model: EncoderDecoder, split: str, max_examples: int | None, device: torch.device) -> dict[str, float]:
-        """``{"per", "wer"}`` on at most ``max_examples`` distinct words of ``split`` (valid or test)."""
+        """``{"per", "wer", "per_1ref", "wer_1ref"}`` on at most ``max_examples`` distinct words of ``split`` (valid or test)."""
         return evaluate_g2p(model, self.eval_sets[split].subset(max_examples), self.tgt_vocab, self.decode,
                             self.max_tokens, device)  # fmt: skip
 
