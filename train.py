@@ -12,10 +12,12 @@
 
 import os
 
-# OpenMP threads that wait for work sleep instead of spinning: beside other busy processes a run whose threads spin
-# slowed ~5x (docs/benchmarks.md, "Threads"). libgomp reads this once, when torch loads it: so before torch. A value
-# the user set wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP threads that wait for work spin 10,000 rounds before they sleep, not libgomp's 300,000: beside other busy
+# processes long spins took the CPU from the threads with work (a run 2.6-3.4x slower), while sleeping at once
+# (OMP_WAIT_POLICY=PASSIVE) cost ~20 % on a quiet machine (docs/benchmarks.md, "Threads"). libgomp reads it once, when
+# torch loads it: so before torch. A policy or spin count the user set wins.
+if not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & os.environ.keys():
+    os.environ["GOMP_SPINCOUNT"] = "10000"
 
 import signal
 import sys
