@@ -44,18 +44,20 @@ def test_each_report_is_one_finished_run_of_its_recipe(folder: Path) -> None:
     (run,) = read_csv(folder / "runs.csv")
     status = json.loads((folder / "status.json").read_text())
     assert run["state"] == status["state"] == "finished" and int(run["step"]) == cfg["trainer"]["max_steps"]
-    assert {k: float(run[k]) for k in ("test/per", "test/wer")} == status["test"]
+    assert {k: float(run[k]) for k in status["test"]} == status["test"]  # a run since issue 38 has 1-ref scores too
     assert 0 < float(run["test/per"]) < float(run["test/wer"]) < 1
     every = cfg["trainer"]["eval_every"]
     assert sorted(curve(folder)) == list(range(every, cfg["trainer"]["max_steps"] + 1, every))
 
 
-def test_the_recipes_differ_in_the_four_settings_the_page_names() -> None:
+def test_the_recipes_differ_in_the_settings_the_page_names() -> None:
     g2p, default = flat(config(STUDY)), flat(config(DEFAULT))
     differ = {k for k in g2p.keys() | default.keys() if g2p.get(k) != default.get(k)}
-    four = {"model.dropout", "trainer.max_steps", "schedule.warmup_steps", "trainer.test_checkpoint"}
+    recipe = {"model.dropout", "trainer.max_steps", "schedule.warmup_steps", "trainer.test_checkpoint"}
+    # the default run's batch, cadences and beam since issue 38 (the G2P recipe keeps the ones its run used)
+    default_run = {"trainer.max_tokens", "trainer.eval_every", "trainer.checkpoint_every", "decode.beam_size"}
     # PowerNorm's warmup follows the schedule's by default (unused here: LayerNorm); the logger does not train
-    assert {k for k in differ if not k.startswith("logger.")} == four | {"norm.powernorm_warmup"}
+    assert {k for k in differ if not k.startswith("logger.")} == recipe | default_run | {"norm.powernorm_warmup"}
 
 
 def test_the_tested_weights_are_the_best_validation_pers_the_step_the_page_names() -> None:
