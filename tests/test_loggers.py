@@ -91,7 +91,7 @@ def test_wandb_prints_nothing_and_normlabs_summary_is_the_last_output(tmp_path, 
     assert [line for line in lines if line.startswith("wandb:") or "wandb online" in line] == []  # no banner, no summary
     hint = f"wandb is offline (no API key found); upload every attempt of this run later with: wandb sync {tmp_path / 'wandb'}"
     assert hint in lines  # normlab's own line about offline wandb stays
-    table = out.splitlines()[-5:]  # print_summary's rows, the last thing printed
-    assert [row.split()[0] for row in table] == ["run", "norm", "steps", "test", "test"]
+    table = out.splitlines()[-8:]  # print_summary's rows, the last thing printed (PER, WER, 1-ref PER, 1-ref WER)
+    assert [row.split()[0] for row in table] == ["run", "norm", "steps", "tested", "test", "test", "test", "test"]
     assert table[0].split() == ["run", "dir", str(tmp_path)] and table[2].split() == ["steps", "5"]
     assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))  # wandb still wrote its run
