@@ -4,9 +4,10 @@ A *cell* is one run of a section of docs/results.md, named by a spec (``docs/res
 section's per-run CSV and the row's key columns, the metric (a CSV column), the columns that name its arm (the key
 without the seed), the commit the section's runs used, and the command and run directory of its re-run. The row of
 ``provenance.csv`` (``FIELDS``) puts the committed value (the CSV's, as written) beside the re-run's, read from the
-re-run's run directory (by default at the commit the caller names; an entry's ``rerun_commit`` overrides it) with the function the section's CSV was written with (a ``reader`` per metric, given by the
-caller), the difference (re-run minus committed), and the seed-to-seed sd of that metric over the arm's committed rows
-(``statistics.stdev``: n - 1), so the difference also reads in sds. A spec entry without a run directory (a cell not
+re-run's run directory (made at the commit the caller names, or at the entry's own ``rerun_commit``) with the function
+the section's CSV was written with (a ``reader`` per metric, given by the caller), the difference (re-run minus
+committed), and the seed-to-seed sd of that metric over the arm's committed rows (``statistics.stdev``: n - 1), so the
+difference also reads in sds. A spec entry without a run directory (a cell not
 re-run) gets empty re-run fields and its ``note``; a benchmark's cell is re-read from the CSV its tool wrote again.
 """
 
@@ -104,8 +105,8 @@ def row(entry: Mapping[str, Any], docs: Path, runs: Path, readers: Mapping[str, 
     """The ``provenance.csv`` row (``FIELDS``) of one spec entry; ``docs`` holds the entry's ``csv`` path, ``runs``
     its ``run_dir`` (relative; :func:`rerun_value`), ``readers`` maps a metric's column to the function reading it
     from a re-run's run directory; ``rerun_commit`` is the re-run's commit unless the entry names its own
-    (``rerun_commit``: a cell re-run later than the others). Without a ``run_dir`` the re-run fields are empty; without an sd (an arm of one run),
-    ``diff_in_sd`` is.
+    (``rerun_commit``: a cell re-run later than the others). Without a ``run_dir`` the re-run fields are empty;
+    without an sd (an arm of one run), ``diff_in_sd`` is.
 
     Raises:
         ValueError: a spec key missing, a bad key (:func:`committed_cell`) or re-run (:func:`rerun_value`).
