@@ -37,3 +37,13 @@ class Dropout(nn.Dropout):
         # Drawn in float32 whatever x's dtype: a bf16 draw would round u onto a coarser grid than the docstring's.
         mask = torch.rand_like(x, dtype=torch.float32).ge_(self.p).to(x.dtype).div_(1.0 - self.p)
         return x * mask
+
+
+def with_dropout(model: torch.nn.Module, kind: type[torch.nn.Dropout]) -> torch.nn.Module:
+    """``model`` with each of its dropouts (``nn.Dropout`` or normlab's ``Dropout``) replaced by a ``kind`` of the
+    same p."""
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, torch.nn.Dropout):
+                setattr(module, name, kind(child.p))
+    return model

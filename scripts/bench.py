@@ -39,7 +39,7 @@ from omegaconf import OmegaConf
 
 from data.batching import Batch
 from model.config import ModelConfig
-from model.dropout import Dropout
+from model.dropout import Dropout, with_dropout
 from model.kinds import NATIVE_KINDS
 from model.norms import BatchReadingNorm, build_norm
 from model.transformer import EncoderDecoder
@@ -297,25 +297,12 @@ def bench_profile(sizes: list[str], dropout: float | None, attn_dropout: float |
               + " ".join(f"{100 * shares[c]:>9.1f}%" for c in CATEGORIES))  # fmt: skip
 
 
-def with_dropout(model: torch.nn.Module, kind: type[torch.nn.Dropout]) -> torch.nn.Module:
-    """``model`` with each of its dropouts (``nn.Dropout`` or normlab's ``Dropout``) replaced by a ``kind`` of the
-    same p."""
-    for module in list(model.modules()):
-        for name, child in module.named_children():
-            if isinstance(child, torch.nn.Dropout):
-                setattr(module, name, kind(child.p))
-    return model
-
-
 def bench_dropout(size: str, dropout: float, rounds: int, clock: str) -> None:
     """One training step of ``size``'s model at model.dropout = ``dropout`` (400-word batch, pre_ln) in three
     variants alternating: every dropout an ``nn.Dropout`` (bernoulli_ masks), every one normlab's ``Dropout``
     (rand_like masks), and normlab's with attn_dropout 0 (SDPA keeps its flash kernel); each a ratio to the first."""
-    variants = {
-        "nn.Dropout (bernoulli_)": (torch.nn.Dropout, None),
-        "Dropout (rand_like)": (Dropout, None),
-        "Dropout, attn_dropout 0": (Dropout, 0.0),
-    }
+    variants = {"nn.Dropout (bernoulli_)": (torch.nn.Dropout, None), "Dropout (rand_like)": (Dropout, None),
+                "Dropout, attn_dropout 0": (Dropout, 0.0)}  # fmt: skip
     fns = {}
     for name, (kind, attn) in variants.items():
         model, batch = default_model_and_batch(dropout=dropout, size=size, attn_dropout=attn)

@@ -74,7 +74,8 @@ def test_bench_dropout_times_the_three_variants_as_ratios_to_nn_dropout(monkeypa
 
 
 def test_the_model_builds_nn_dropout_and_the_bench_swaps_every_one_both_ways():
-    from scripts.bench import default_model_and_batch, with_dropout
+    from model.dropout import with_dropout
+    from scripts.bench import default_model_and_batch
 
     model, _ = default_model_and_batch(dropout=0.1, size="tiny")
     assert all(type(m) is nn.Dropout for m in model.modules() if isinstance(m, nn.Dropout))  # the model's own: torch's
