@@ -102,7 +102,7 @@ def csv_values(path: str, keys: list[str], rows: list[list[str]]) -> list[float]
 def conf_values(experiment: str, rows: list[list[str]]) -> list[float]:
     """The numbers of a ``conf:`` table, asserting each value is the preset's (a swept key: its sweep values)."""
     cfg = compose_conf(experiment, hydra=True)
-    swept = cfg.hydra.sweeper.params or {}  # a preset that is not a sweep (g2p_baseline) has none
+    swept = cfg.hydra.sweeper.params or {}  # a preset that is not a sweep (g2p_wu2021) has none
     values = []
     for key, shown in ((k.strip("`"), v) for k, v in rows[1:]):
         actual = swept[key] if key in swept else OmegaConf.select(cfg, key, throw_on_missing=True)
