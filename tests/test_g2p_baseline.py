@@ -27,13 +27,13 @@ def config(folder: Path) -> dict:
     return yaml.safe_load((folder / "config.yaml").read_text())
 
 
-def validations(folder: Path) -> dict[str, list[int]]:
-    """Each run's validation steps in ``curves.csv`` (step 0 has a loss but no decoding)."""
-    steps: dict[str, list[int]] = {}
+def validations(folder: Path) -> dict[str, list[dict]]:
+    """Each run's validation rows of ``curves.csv``, in step order (step 0 has a loss but no decoding)."""
+    rows: dict[str, list[dict]] = {}
     for row in read_csv(folder / "curves.csv"):
         if row["val/per"]:
-            steps.setdefault(row["run"], []).append(int(row["step"]))
-    return steps
+            rows.setdefault(row["run"], []).append(row)
+    return rows
 
 
 def flat(tree: dict, prefix: str = "") -> dict[str, object]:
@@ -52,7 +52,8 @@ def test_each_report_holds_finished_runs_of_its_recipe(folder: Path) -> None:
     assert sorted(int(r["seed"]) for r in runs) == (claims["seeds"] if folder == STUDY else [cfg["seed"]])
     assert len({r["variant"] for r in runs}) == 1
     every, steps = cfg["trainer"]["eval_every"], cfg["trainer"]["max_steps"]
-    assert validations(folder) == {r["run"]: list(range(every, steps + 1, every)) for r in runs}
+    done = {run: [int(r["step"]) for r in rows] for run, rows in validations(folder).items()}
+    assert done == {r["run"]: list(range(every, steps + 1, every)) for r in runs}
     for run in runs:
         assert run["state"] == "finished" and int(run["step"]) == steps
         assert 0 < float(run["test/per"]) < float(run["test/wer"]) < 1
@@ -108,10 +109,7 @@ def test_the_comparison_reads_the_same_data_systems_and_the_recipes_mean() -> No
 
 def test_every_recipe_runs_validation_loss_fell_at_every_validation() -> None:
     """The page: "Every run's validation loss still fell at its last validation"; it fell at every one."""
-    losses: dict[str, list[float]] = {}
-    for row in read_csv(STUDY / "curves.csv"):
-        if row["val/per"]:
-            losses.setdefault(row["run"], []).append(float(row["val/loss"]))
+    losses = {run: [float(r["val/loss"]) for r in rows] for run, rows in validations(STUDY).items()}
     assert len(losses) == 3
     for run, loss in losses.items():
         assert all(b < a for a, b in zip(loss, loss[1:], strict=False)), run
