@@ -42,7 +42,7 @@ class BatchReadingNorm(nn.Module):
       over the ranks of ``self.group`` when it is set; they are updated into running buffers
       registered with ``register_buffer`` (so the state dict saves them, a resume restores them
       and ``.to()`` moves them). In the decoder these statistics include future positions of the
-      same sentence, a causality leak (DESIGN.md §3), measured where it is allowed.
+      same sentence, a causality leak (docs/norms.md, "Norms that read the batch"), measured where it is allowed.
     - eval mode: the running statistics only, so each token's output depends on that token alone
       and incremental decoding gives what a full pass gives.
     - ``group``: the data-parallel process group (``EncoderDecoder.set_norm_group``); None: the

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class NormSpec:
-    """The norm of one block: the three normalization axes, eps and bias (DESIGN.md sec. 3), and
+    """The norm of one block: the three normalization axes, eps and bias (README, "Choosing the norm"), and
     the norms inside its attention.
 
     Attributes:

@@ -1,6 +1,6 @@
 """Every telemetry metric name, formatted and parsed here and nowhere else, and the depth order.
 
-Names (stable; DESIGN.md sec. 5), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a block index:
+Names (stable; docs/telemetry.md), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a block index:
 
 - ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
   ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest, kurtosis at every site; token_cos at ``out`` only and

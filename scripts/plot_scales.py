@@ -10,147 +10,15 @@ Writes into --out (default RUN_DIR):
   all; a panel's y axis is logarithmic only where its values span a factor of 10 or more.
 """
 
-from pathlib import Path
-
-if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
-    import _as_module  # noqa: F401
-
 import argparse
-import json
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt
-import numpy as np
-from matplotlib.axis import Axis
-from matplotlib.ticker import MaxNLocator
 
-from analysis.load import read_config
-from runlog.metric_names import STATS, depth_profile, n_enc_layers_seen, parse
-
-LOG_SPAN = 10.0  # a depth panel's y axis is logarithmic when its largest value is at least this many times its smallest
-
-
-def read_profiles(run_dir: Path, stat: str) -> dict[int, dict[str, list[tuple[int, float]]]]:
-    """step -> site -> [(depth, value)] from every row of metrics.jsonl that carries telemetry.
-
-    Raises:
-        FileNotFoundError: no metrics.jsonl in run_dir.
-        ValueError: the file holds no ``act/...`` statistics (telemetry was off).
-    """
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"no metrics.jsonl in {str(run_dir)!r}; pass a run directory written by train.py")
-    profiles = {}
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
-        profile = depth_profile({k: v for k, v in row.items() if isinstance(v, float)}, stat)
-        if profile:
-            profiles[row["step"]] = profile
-    if not profiles:
-        raise ValueError(
-            f"{path} has no act/.../{stat} statistics: the run had telemetry off "
-            f"(telemetry=off or telemetry.every=0) or did not record this stat (telemetry.stats)"
-        )
-    return profiles
-
-
-def encoder_depth(run_dir: Path) -> int:
-    """The encoder's blocks: ``model.n_enc_layers`` of the run's ``config.yaml``, else as many as the telemetry names
-    (``act/enc.{i}...`` in metrics.jsonl)."""
-    config = read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else {}
-    if isinstance(n_enc := config.get("model.n_enc_layers"), int):
-        return n_enc
-    with (run_dir / "metrics.jsonl").open(encoding="utf-8") as f:
-        seen = {(m.stack, m.layer) for line in f for m in map(parse, json.loads(line)) if m and m.layer is not None}
-    return n_enc_layers_seen(seen)
-
-
-def block_name(depth: int, n_enc: int) -> str:
-    """The block at ``depth`` in the depth order: ``enc.{i}`` for the encoder's, ``dec.{i}`` after them."""
-    return f"enc.{depth}" if depth < n_enc else f"dec.{depth - n_enc}"
-
-
-def _name_blocks(axis: Axis, depths: list[int], n_enc: int) -> None:
-    """Ticks at ``depths`` on ``axis``, labelled with the blocks' names."""
-    axis.set_ticks(depths, [block_name(d, n_enc) for d in depths])
-
-
-def heatmap_figure(profiles: dict, site: str, stat: str, n_enc: int) -> plt.Figure:
-    """Block (rows, named ``enc.0`` ... ``dec.{n}``) x training step, colour = log10 of ``stat`` at ``site``, with a
-    labelled colour bar; the caller closes it."""
-    steps = sorted(s for s in profiles if site in profiles[s])
-    if not steps:
-        raise ValueError(f"no act/*.{site}/{stat} metrics; sites present: {sorted({k for p in profiles.values() for k in p})}")
-    depth = max(d for s in steps for d, _ in profiles[s][site]) + 1
-    grid = np.full((depth, len(steps)), np.nan)
-    for j, s in enumerate(steps):
-        for d, v in profiles[s][site]:
-            grid[d, j] = v
-    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.35 * depth))
-    x0, x1 = (steps[0], steps[-1]) if len(steps) > 1 else (steps[0] - 0.5, steps[0] + 0.5)
-    im = ax.imshow(np.log10(np.maximum(grid, 1e-12)), aspect="auto", origin="lower", cmap="viridis",
-                   extent=(x0, x1, -0.5, depth - 0.5))  # fmt: skip
-    _name_blocks(ax.yaxis, list(range(depth)), n_enc)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("training step")
-    ax.set_ylabel("block (encoder, then decoder)")
-    ax.set_title(f"{stat} at site '{site}' of each block")
-    fig.colorbar(im, ax=ax, label=f"log10 {stat}")
-    return fig
-
-
-def plot_heatmap(profiles: dict, site: str, stat: str, out: Path, n_enc: int) -> Path:
-    """Draw :func:`heatmap_figure` into ``out/scale_heatmap.png``; returns the path."""
-    fig = heatmap_figure(profiles, site, stat, n_enc)
-    path = out / "scale_heatmap.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def depth_figure(profiles: dict, steps: list[int] | None, stat: str, n_enc: int) -> plt.Figure:
-    """``stat`` vs block (named ``enc.0`` ... ``dec.{n}``) at a few steps (the nearest recorded to ``steps``; default:
-    the first, middle and last), one panel per site and one legend for all of them. A panel's y axis is logarithmic
-    only where its values span a factor of ``LOG_SPAN`` or more: on a narrow range a log axis reads as a flat line
-    with unreadable ticks. The caller closes it."""
-    available = sorted(profiles)
-    if steps:
-        chosen = sorted({min(available, key=lambda s: abs(s - want)) for want in steps})  # nearest recorded step
-    else:
-        chosen = sorted({available[0], available[len(available) // 2], available[-1]})
-    sites = sorted({site for s in chosen for site in profiles[s]})
-    cols = min(len(sites), 3)
-    rows = -(-len(sites) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
-    for ax, site in zip(axes.flat, sites, strict=False):
-        for s in chosen:
-            points = sorted(profiles[s].get(site, []))
-            ax.plot([d for d, _ in points], [v for _, v in points], marker="o", label=f"step {s}")
-        values = [v for s in chosen for _, v in profiles[s].get(site, []) if v > 0]
-        if values and max(values) >= LOG_SPAN * min(values):
-            ax.set_yscale("log")
-        _name_blocks(ax.xaxis, sorted({d for s in chosen for d, _ in profiles[s].get(site, [])}), n_enc)
-        ax.tick_params(axis="x", labelrotation=45)
-        ax.set_title(site)
-        ax.set_xlabel("block")
-        ax.set_ylabel(stat)
-    for ax in list(axes.flat)[len(sites) :]:
-        ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
-    fig.tight_layout(rect=(0, 0.06 if rows == 1 else 0.03, 1, 1))  # room for the shared legend below
-    return fig
-
-
-def plot_depth(profiles: dict, steps: list[int] | None, stat: str, out: Path, n_enc: int) -> Path:
-    """Draw :func:`depth_figure` into ``out/scale_vs_depth.png``; returns the path."""
-    fig = depth_figure(profiles, steps, stat, n_enc)
-    path = out / "scale_vs_depth.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+from reporting.scales import encoder_depth, plot_depth, plot_heatmap, read_profiles
+from runlog.metric_names import STATS
 
 
 def main(argv: list[str] | None = None) -> list[Path]:

@@ -15,40 +15,15 @@ from the CSV ``scripts.bench norms --csv`` wrote. Paths in ``csv`` are below ``-
 Exit status 2 with one line on a missing file or a bad spec entry.
 """
 
-import sys
-
-if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
-    import _as_module  # noqa: F401
-
 import argparse
-from collections.abc import Mapping
+import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from analysis.csvs import write_csv
-from analysis.depth import growth
-from analysis.lrs import final_loss_of, last_max_logit
-from analysis.provenance import FIELDS, Reader, row
-from analysis.runs import Run
-
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-
-
-def growth_of(run: Run, key: Mapping[str, Any]) -> float | None:
-    """``depth_growth.csv``'s value for ``run``: its growth of ``key["stack"]`` at its first or last telemetry step
-    (``key["step_kind"]``), as ``analysis.depth.growth_rows`` reads it."""
-    steps = sorted(run.profile("rms"))
-    return growth(run, key["stack"], steps[0 if key["step_kind"] == "first" else -1]) if steps else None
-
-
-READERS: dict[str, Reader] = {
-    "test/per": lambda run, _: run.final("test/per"),
-    "final_val_loss": lambda run, _: final_loss_of(run),
-    "max_attn_logit": lambda run, _: last_max_logit(run),
-    "per_run": growth_of,
-}
+from analysis.provenance import FIELDS, row
+from reporting.provenance import DOCS, READERS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,12 +9,8 @@ at full precision), and prints each. Exit status 2 with one line naming the cont
 entry or its CSV cannot give a contrast; nothing is written then.
 """
 
-import sys
-
-if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
-    import _as_module  # noqa: F401
-
 import argparse
+import sys
 from pathlib import Path
 
 from analysis.contrasts import COLUMNS, ContrastError, compute, load_spec

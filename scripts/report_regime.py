@@ -16,38 +16,14 @@ Prints the regime table. Exit status 2 with one line when no run is found, the b
 ``--out`` is a file.
 """
 
-import sys
-
-if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
-    import _as_module  # noqa: F401
-
 import argparse
-import statistics
+import sys
 from pathlib import Path
 
 from analysis.csvs import output_dir, write_csv
 from analysis.load import ReportError, load_runs
-from analysis.regime import Regime, cells, regimes
-
-RUN_FIELDS = ("preset", "train_fraction", "seed", "state", "final_val_loss", "saturation")
-REGIME_FIELDS = ("preset", "train_fraction", "runs", "n", "val_loss_mean", "saturation_mean", "diff_mean", "diff_ci95_lo",
-                 "diff_ci95_hi", "pairs", "significant", "rel_diff", "saturation_step")  # fmt: skip
-
-
-def _mean(values: dict) -> float | None:
-    return statistics.fmean(values.values()) if values else None
-
-
-def _shown(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def regime_row(r: Regime, step: int) -> list[object]:
-    """``r`` as a row of ``regime.csv`` (``REGIME_FIELDS``), its saturation read at telemetry step ``step``."""
-    d = r.diff
-    ci = d.ci95 if d is not None and d.ci95 else (None, None)
-    paired = [d.mean, *ci, d.n, d.significant] if d is not None else [None] * 5
-    return [r.preset, r.fraction, r.runs, len(r.val_loss), _mean(r.val_loss), _mean(r.saturation), *paired, r.rel_diff, step]
+from analysis.regime import cells, regimes
+from reporting.regime import REGIME_FIELDS, RUN_FIELDS, regime_row, summary_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,10 +45,7 @@ def main(argv: list[str] | None = None) -> int:
               [[c.preset, c.fraction, c.seed, c.state, c.val_loss, c.saturation] for c in found])  # fmt: skip
     write_csv(out / "regime.csv", REGIME_FIELDS, [regime_row(r, args.step) for r in rows])
     for r in rows:
-        vs = "" if r.diff is None else f"  vs {args.baseline}: {r.diff.mean:+.3f} ({100 * r.rel_diff:+.1f} %)" if r.diff.n else ""
-        sat, loss = (_shown(_mean(values)) for values in (r.saturation, r.val_loss))
-        print(f"fraction {r.fraction:g}  {r.preset:<10} n {len(r.val_loss)}/{r.runs}  val loss {loss}  "
-              f"saturation@{args.step} {sat}{vs}")  # fmt: skip
+        print(summary_line(r, args.step, args.baseline))
     print(f"report_regime: {out / 'regime_runs.csv'}, {out / 'regime.csv'}")
     return 0
 

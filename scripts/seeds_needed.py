@@ -13,30 +13,13 @@ with one line on a missing file or family, a CSV without the columns ``family, s
 (the line names the missing ones) or without rows.
 """
 
-import sys
-
-if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
-    import _as_module  # noqa: F401
-
 import argparse
+import sys
 from pathlib import Path
 
 from analysis.csvs import read_rows, write_csv
 from analysis.power import plan
-from analysis.presets import preset_of
-
-SEED_COLUMNS = ("family", "seed", "lrs")  # of lrs_seeds.csv, what the plan reads
-PLAN_FIELDS = ("family", "baseline", "pairs", "diff_mean", "sd", "sd_upper", "n_point", "n_upper", "power", "alpha", "level")
-
-
-def seed_lrs(rows: list[dict[str, str]], name: str) -> dict[str, float]:
-    """``{seed: LRS}`` of the family labelled ``name``, or of the one family that used the preset ``name``; seeds
-    without an LRS left out. Raises ValueError naming the families when none (or several) fit."""
-    labels = sorted({r["family"] for r in rows})
-    chosen = [label for label in labels if label == name] or [label for label in labels if preset_of(label) == name]
-    if len(chosen) != 1:
-        raise ValueError(f"family {name!r}: {'several' if chosen else 'no'} family fits; the families: {labels}")
-    return {r["seed"]: float(r["lrs"]) for r in rows if r["family"] == chosen[0] and r["lrs"]}
+from reporting.seeds_needed import PLAN_FIELDS, SEED_COLUMNS, seed_lrs
 
 
 def main(argv: list[str] | None = None) -> int:

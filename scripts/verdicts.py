@@ -7,12 +7,8 @@ Each ``docs/results/<folder>/claims.yaml`` is judged from the CSVs it names (``a
 with one line on a claims file, CSV or block that cannot be judged (the line names the file, claim and value).
 """
 
-import sys
-
-if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
-    import _as_module  # noqa: F401
-
 import argparse
+import sys
 from pathlib import Path
 
 from analysis.claims import ClaimsError

@@ -1,4 +1,4 @@
-"""What a run observes of its model and optimizer: the telemetry floor (DESIGN.md sec. 2), above model/.
+"""What a run observes of its model and optimizer: the telemetry floor (docs/architecture.md), above model/.
 
 One module per thing observed, each writing 0-dim device tensors into one shared record:
 ``activations`` (``act/``), ``attention`` (``attn/``), ``batch_stats`` (``bstat/``), ``hyper_connections``

@@ -1,6 +1,6 @@
 """Per-layer activation scale: statistics of each watched tensor's real (non-padding) elements.
 
-Names (stable; DESIGN.md sec. 5) are formatted and parsed only by ``runlog/metric_names.py``.
+Names (stable; docs/telemetry.md) are formatted and parsed only by ``runlog/metric_names.py``.
 ``{s}`` is ``enc`` or ``dec``, ``{i}`` the layer, ``{r}`` a residual sublayer (``self_attn``,
 ``cross_attn``, ``ffn``), ``{slot}`` a filled norm slot (``norm_in``, ``norm_branch``,
 ``norm_out``), ``{a}`` an attention (``self_attn``, ``cross_attn``), ``{h}`` a filled per-head

@@ -10,7 +10,7 @@ import pytest
 
 from analysis.depth import GROWTH_COLUMNS, PROFILE_COLUMNS, block_name, growth
 from analysis.runs import Run
-from scripts import report
+from reporting import page as report_page
 from tests.test_report import N_DEC, N_ENC, TELEMETRY_STEPS, config, finished, metric_rows, rms, table, write_run
 
 VARIANT_A = "norm.placement=pre norm.kind=layernorm"
@@ -38,7 +38,7 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
             last.update({f"act/{block_name(d, N_ENC)}.out/kurtosis": kurtosis(seed, d) for d in range(N_ENC + N_DEC)})
             write_run(root / f"{placement}_{seed}", config(placement, kind, seed), rows, finished(0.1))
     out = root / "report"
-    report.build_report([root], out)
+    report_page.build_report([root], out)
     return out
 
 
@@ -79,7 +79,7 @@ def grown(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     for seed, rows in records.items():
         cfg = config("pre", "layernorm", seed, **{"model.n_enc_layers": 3})
         write_run(root / f"s{seed}", cfg, rows, finished(0.1) if seed < 2 else None)
-    path = report.build_report([root], root / "report")
+    path = report_page.build_report([root], root / "report")
     return path.parent, path.read_text(encoding="utf-8")
 
 
@@ -126,7 +126,7 @@ def test_a_non_finite_value_is_an_empty_cell_and_one_run_has_no_stderr(tmp_path:
     del cfg["model"]["n_enc_layers"]  # the encoder's depth as far as the telemetry shows: enc.1 is named at step 1
     rows = [{**enc_dec_rows(1, [1.0, None], [1.0, 2.0]), "grad/enc.1/norm": 0.3}, enc_dec_rows(10, [1.0, 3.0], [2.0, 1.0])]
     write_run(tmp_path / "r", cfg, rows, finished(0.1))
-    path = report.build_report([tmp_path / "r"], tmp_path / "report")
+    path = report_page.build_report([tmp_path / "r"], tmp_path / "report")
     profile = read_csv(path.parent / "depth_profile.csv")
     assert [(r["step"], r["block"], r["rms"], r["grad"]) for r in profile[:4]] == [
         ("1", "enc.0", "1.0", ""), ("1", "enc.1", "", "0.3"), ("1", "dec.0", "1.0", ""), ("1", "dec.1", "2.0", "")]  # fmt: skip
@@ -148,7 +148,7 @@ def test_runs_without_telemetry_get_no_depth_csvs_and_no_table(tmp_path: Path) -
     for seed in (0, 1):
         rows = [{"step": 10, "train/loss": 3.0 + seed}, {"step": 10, "val/loss": 3.1, "val/per": 0.5}]
         write_run(tmp_path / f"s{seed}", config("pre", "layernorm", seed), rows, finished(0.1))
-    path = report.build_report([tmp_path], tmp_path / "report")
+    path = report_page.build_report([tmp_path], tmp_path / "report")
     page = path.read_text(encoding="utf-8")
     assert not (path.parent / "depth_profile.csv").exists() and not (path.parent / "depth_growth.csv").exists()
     assert table(page, "data-growth")[0] == {} and "depth_growth.csv" not in page
@@ -182,7 +182,7 @@ def by_placement(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, st
     }
     for placement, row in records.items():
         write_run(root / placement, config(placement, "layernorm", 0, **{"model.n_enc_layers": 3}), [row], finished(0.1))
-    report.build_report([root], root / "report")
+    report_page.build_report([root], root / "report")
     rows = read_csv(root / "report" / "depth_growth.csv")
     return {(r["variant"].split()[0].split("=")[1], r["stack"], r["step_kind"]): r for r in rows}
 

@@ -13,8 +13,8 @@ from model.transformer import EncoderDecoder
 from tests.conftest import make_cfg, model_config
 from training.optim import build_optimizer
 
-# ``python -m scripts.derf_reference``: the official ``Dynamic_erf`` (zlab-princeton/Derf 8dd9ea3,
-# ``DNA model/dynamic_erf.py``) in float64 on scripts.derf_reference.case(): x = linspace(-3, 3, 16) as (2, 8),
+# ``python -m tests.reference.derf``: the official ``Dynamic_erf`` (zlab-princeton/Derf 8dd9ea3,
+# ``DNA model/dynamic_erf.py``) in float64 on tests.reference.derf.case(): x = linspace(-3, 3, 16) as (2, 8),
 # alpha 0.7, shift -0.3, weight linspace(0.5, 2, 8), bias linspace(-0.2, 0.2, 8); the gradient of (y * g).sum(),
 # g = linspace(1, -0.5, 16) as (2, 8).
 OFFICIAL_Y = [

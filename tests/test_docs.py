@@ -38,7 +38,10 @@ def test_readme_is_at_most_150_lines_and_starts_with_the_two_commands():
     setup = "python3 -m venv .venv && . .venv/bin/activate && pip install -r requirements.txt && "
     first = text.index("```bash")
     assert text.index(setup + "python train.py\n") > first and text.index(setup + "python -m pytest -q\n") > first
-    assert setup + "python -m pytest -q" in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert setup + "python -m pytest -q" in ci
+    # the style and the types are checked before the tests, with the settings of pyproject.toml
+    assert -1 < ci.index("ruff check . && ruff format --check . && mypy\n") < ci.index(setup + "python -m pytest -q")
 
 
 def test_readme_links_every_docs_page():

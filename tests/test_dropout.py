@@ -52,16 +52,17 @@ def test_bench_dropout_times_the_three_variants_as_ratios_to_nn_dropout(monkeypa
     import re
     import sys
 
+    from benchmarks import steps
     from data.batching import Batch
     from scripts import bench
 
-    full = bench.default_model_and_batch
+    full = steps.default_model_and_batch
 
     def eight_words(**kwargs):  # the bench's code on 8 of the batch's 400 words: seconds, not a minute
         model, b = full(**kwargs)
         return model, Batch(b.src[:8], b.tgt_in[:8], b.tgt_out[:8], b.index[:8], 8 * b.tgt_out.shape[1])
 
-    monkeypatch.setattr(bench, "default_model_and_batch", eight_words)
+    monkeypatch.setattr(steps, "default_model_and_batch", eight_words)
     threads = torch.get_num_threads()
     monkeypatch.setattr(sys, "argv", "bench dropout --size tiny --rounds 2 --clock cpu".split())
     try:
@@ -74,8 +75,8 @@ def test_bench_dropout_times_the_three_variants_as_ratios_to_nn_dropout(monkeypa
 
 
 def test_the_model_builds_nn_dropout_and_the_bench_swaps_every_one_both_ways():
+    from benchmarks.norms import default_model_and_batch
     from model.dropout import with_dropout
-    from scripts.bench import default_model_and_batch
 
     model, _ = default_model_and_batch(dropout=0.1, size="tiny")
     assert all(type(m) is nn.Dropout for m in model.modules() if isinstance(m, nn.Dropout))  # the model's own: torch's

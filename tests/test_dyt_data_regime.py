@@ -6,7 +6,7 @@ from pathlib import Path
 
 from analysis.csvs import write_csv
 from analysis.regime import Cell, regimes
-from scripts.report_regime import REGIME_FIELDS, RUN_FIELDS, regime_row
+from reporting.regime import REGIME_FIELDS, RUN_FIELDS, regime_row
 from tests.test_lr_sensitivity_seeds import sweep_params
 from tests.test_lrs import read_csv
 

@@ -8,11 +8,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from benchmarks import estimate_time as est
 from data.batching import Batch, collate, make_batches
 from data.tokenizer import PAD_ID
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
-from scripts import estimate_time as est
+from scripts import estimate_time as cli
 from tests.conftest import ROOT
 from training.flops import PEAK_BF16_FLOPS, counted_train_flops
 from training.schema import validate
@@ -68,7 +69,7 @@ def test_wall_time_is_flops_over_peak_times_mfu():
     ],
 )
 def test_a_bad_override_or_mfu_is_one_line_and_exit_code_2(args, message, capsys):
-    assert est.main(args) == 2
+    assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"estimate_time: error: {message}") and err.count("\n") == 1
 

@@ -1,14 +1,14 @@
 """A fixed-seed tiny run with every statistic on writes the numbers committed in
 tests/expected/tiny_full.jsonl: refactors must not move them (regenerate with
-``python -m scripts.expected_metrics write`` only when a change is meant to alter numbers)."""
+``python -m tests.reference.expected_metrics write`` only when a change is meant to alter numbers)."""
 
-from scripts.expected_metrics import CROSS_CPU, EXPECTED, differences, load, run_tiny_full
+from tests.reference.expected_metrics import CROSS_CPU, EXPECTED, differences, load, run_tiny_full
 
 
 def test_tiny_full_run_writes_the_committed_metrics(tmp_path):
     fresh = load(run_tiny_full(tmp_path))
     expected = load(EXPECTED)
-    # Tolerance, not equality: float32 kernels differ across CPUs (scripts/expected_metrics.py), and 20 steps of
+    # Tolerance, not equality: float32 kernels differ across CPUs (tests/reference/expected_metrics.py), and 20 steps of
     # training carry the difference on: on an AMD EPYC (AVX512-BF16) the file written elsewhere differs by up to
     # 1.0e-3 relative (attn/.../max_logit, a maximum over logits, at step 19), 1.6e-4 elsewhere, 2.4e-5 absolute on
     # means near 0; a real change of behaviour moves values by far more than 2e-3. Counts of discrete events may

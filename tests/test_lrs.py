@@ -11,14 +11,17 @@ import pytest
 
 import train as train_module
 from analysis.csvs import write_csv
-from analysis.load import load_runs
+from analysis.load import ReportError, load_runs
 from analysis.lr_panels import lr_panels
 from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, lrs_versus
 from analysis.presets import preset_of
 from analysis.runs import Run
 from analysis.stats import t_interval
+from reporting import figures as report_figures
+from reporting import lrs as lrs_tables
+from reporting import page as report_page
 from runlog.metric_names import attn_max_logit
-from scripts import report, report_figures, report_lrs
+from scripts import report_lrs
 from tests.conftest import make_cfg
 from tests.test_report import DIVERGED_ERROR, config, draw_in_chromium, figures, finished, layouts, table, write_run
 
@@ -179,7 +182,7 @@ def lr_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
             else:  # still running at step 50
                 rows, status = sweep_rows(init, None, lr, seed, 50, logits), {"state": "running", "step": 50, "max_steps": 100}
             write_run(root / f"{placement}_{kind},lr={lr:g},seed={seed}", config(placement, kind, seed, lr=lr), rows, status)
-    path = report.build_report([root], root / "report")
+    path = report_page.build_report([root], root / "report")
     return path, path.read_text(encoding="utf-8")
 
 
@@ -278,7 +281,7 @@ def test_a_sweep_without_an_lr_axis_gets_no_lr_sensitivity(tmp_path: Path) -> No
     for seed in (0, 1):
         rows = sweep_rows(3.0, 2.0, 2e-3, seed, 100, logits=False)
         write_run(tmp_path / "sweep" / f"s{seed}", config("pre", "layernorm", seed), rows, finished(0.1))
-    page = report.build_report([tmp_path / "sweep"], tmp_path / "out").read_text()
+    page = report_page.build_report([tmp_path / "sweep"], tmp_path / "out").read_text()
     assert len(figures(page)) == 5 and "LR sensitivity" not in page
     written = {p.name for p in (tmp_path / "out").iterdir()}
     assert not written & {"lrs.csv", "lr_sensitivity.csv", "lr_loss.png", "lrs.png", "attn_max_logit_lr_1.png"}
@@ -321,7 +324,7 @@ def test_families_over_different_lr_grids_are_not_compared(tmp_path: Path) -> No
         writer = csv.DictWriter(f, fieldnames=list(cells[0]))
         writer.writeheader()
         writer.writerows(cells)
-    report_lrs.rebuild_lrs_csv(tmp_path / "cells.csv", tmp_path / "out" / "lrs.csv", baseline="norm.kind=layernorm")  # makes out/
+    lrs_tables.rebuild_lrs_csv(tmp_path / "cells.csv", tmp_path / "out" / "lrs.csv", baseline="norm.kind=layernorm")  # makes out/
     row = {r["family"]: r for r in read_csv(tmp_path / "out" / "lrs.csv")}["norm.kind=rmsnorm"]
     assert (row["diff_mean"], row["pairs"], row["significant"]) == ("", "0", "")
     assert row["lrs_note"] == diff.note
@@ -329,7 +332,7 @@ def test_families_over_different_lr_grids_are_not_compared(tmp_path: Path) -> No
 
 def test_report_with_a_family_baseline_adds_the_paired_lrs_difference(lr_sweep: tuple[Path, str], tmp_path: Path) -> None:
     root = lr_sweep[0].parents[1]
-    path = report.build_report([root], tmp_path, baseline=PRE)
+    path = report_page.build_report([root], tmp_path, baseline=PRE)
     rows = {r["family"]: r for r in read_csv(tmp_path / "lrs.csv")}
     post, pre = rows[POST], rows[PRE]
     # PRE's seed 1 grid is incomplete: one pair (seed 0), POST's 0.5 - PRE's 0.91333, no interval
@@ -338,8 +341,8 @@ def test_report_with_a_family_baseline_adds_the_paired_lrs_difference(lr_sweep: 
     assert (pre["baseline"], pre["diff_mean"], pre["pairs"]) == (PRE, "", "")
     cells, _ = table(path.read_text(encoding="utf-8"), "data-family")
     assert cells[POST]["lrs:delta"][1] == f"{POST_LRS[0] - HAND:+.4f} (1)" and cells[PRE]["lrs:delta"][1] == ""
-    with pytest.raises(report.ReportError, match=f"valid: .*'{POST}'"):
-        report.build_report([root], tmp_path / "bad", baseline="norm.placement=none")
+    with pytest.raises(ReportError, match=f"valid: .*'{POST}'"):
+        report_page.build_report([root], tmp_path / "bad", baseline="norm.placement=none")
 
 
 # Issue 20 item 1: three families through the report, one that trains (TRAINS: LRS 0.5, 0.7, 0.9 at l0 = 5.0, as
@@ -379,7 +382,7 @@ def test_a_seed_that_never_improves_on_the_loss_at_init_has_no_lrs() -> None:
     assert family.learning_note == "did not learn at any LR of the grid: seed 1 of 2"
     # no mean over the seed that learned: a failed seed would leave the family scored by its survivor alone
     assert (family.values, family.ci95, family.best_loss_mean, family.best_lr) == ([], None, None, None)
-    assert report_lrs.per_seed(family) == "0=0.25" and report_lrs._mean_cell(family) == (None, family.learning_note)
+    assert lrs_tables.per_seed(family) == "0=0.25" and lrs_tables._mean_cell(family) == (None, family.learning_note)
 
 
 def test_lrs_versus_leaves_out_the_seeds_that_did_not_learn_and_says_so() -> None:
@@ -401,15 +404,15 @@ def test_lrs_versus_leaves_out_the_seeds_that_did_not_learn_and_says_so() -> Non
 def test_best_lr_is_none_on_a_tie() -> None:
     family = only_family([fake_run(lr, 0, 3.0, 2.0) for lr in (1e-3, 1e-2)] + [fake_run(1e-1, 0, 3.0, 2.5)])
     assert family.values == [pytest.approx(1 / 6)] and family.best_lrs == [1e-3, 1e-2] and family.best_lr is None
-    assert report_lrs.best_lr_text(family) == "tie: 0.001, 0.01"
-    assert report_lrs.lrs_note_field(family) == "best LR tie: 0.001, 0.01"
+    assert lrs_tables.best_lr_text(family) == "tie: 0.001, 0.01"
+    assert lrs_tables.lrs_note_field(family) == "best LR tie: 0.001, 0.01"
 
 
 def test_families_that_did_not_learn_have_no_lrs_in_lrs_csv(three_families: Path, tmp_path: Path) -> None:
-    report.build_report([three_families], tmp_path, baseline=TRAINS)
+    report_page.build_report([three_families], tmp_path, baseline=TRAINS)
     rows = {r["family"]: r for r in read_csv(tmp_path / "lrs.csv")}
-    assert list(next(iter(rows.values()))) == list(report_lrs.FAMILY_FIELDS)
-    assert list(report_lrs.FAMILY_FIELDS[-5:]) == ["best_loss_mean", "did_not_learn", "lrs_note", "pairs_left_out", "degenerate"]
+    assert list(next(iter(rows.values()))) == list(lrs_tables.FAMILY_FIELDS)
+    assert list(lrs_tables.FAMILY_FIELDS[-5:]) == ["best_loss_mean", "did_not_learn", "lrs_note", "pairs_left_out", "degenerate"]
     trains = rows[TRAINS]
     assert (trains["n"], float(trains["lrs_mean"]), trains["best_lr"], trains["did_not_learn"], trains["lrs_note"]) == (
         "3", pytest.approx(0.7), "0.01", "0", "")  # fmt: skip
@@ -424,7 +427,7 @@ def test_families_that_did_not_learn_have_no_lrs_in_lrs_csv(three_families: Path
 
 
 def test_families_that_did_not_learn_read_so_in_the_table(three_families: Path, tmp_path: Path) -> None:
-    page = report.build_report([three_families], tmp_path, baseline=TRAINS).read_text(encoding="utf-8")
+    page = report_page.build_report([three_families], tmp_path, baseline=TRAINS).read_text(encoding="utf-8")
     rows, _ = table(page, "data-family")
     assert rows[TRAINS]["lrs"][1] == "0.7000 ± 0.1155" and rows[TRAINS]["best_loss"] == ("2.0", "2.0000")
     assert rows[TRAINS]["did_not_learn"][1] == "0 of 3" and rows[TRAINS]["lrs:delta"] == ("", "")
@@ -440,7 +443,7 @@ def test_families_that_did_not_learn_read_so_in_the_table(three_families: Path, 
 
 
 def test_families_that_did_not_learn_are_left_out_of_the_lr_charts_with_a_note(three_families: Path, tmp_path: Path) -> None:
-    page = report.build_report([three_families], tmp_path).read_text(encoding="utf-8")
+    page = report_page.build_report([three_families], tmp_path).read_text(encoding="utf-8")
     note = f"left out, did not learn at any LR of the grid: {DIVERGES}; {STALLS}"
     for key in ("lr_loss", "lrs"):
         assert {t["meta"]["variant"] for t in figures(page)[f"plot-{key}"]} == {TRAINS}, key
@@ -459,13 +462,13 @@ def test_families_that_did_not_learn_are_left_out_of_the_lr_charts_with_a_note(t
 
 def test_lrs_csv_is_rebuilt_from_lr_sensitivity_csv_alone(lr_sweep: tuple[Path, str], tmp_path: Path) -> None:
     out = lr_sweep[0].parent
-    path = report_lrs.rebuild_lrs_csv(out / "lr_sensitivity.csv", tmp_path / "lrs.csv")
+    path = lrs_tables.rebuild_lrs_csv(out / "lr_sensitivity.csv", tmp_path / "lrs.csv")
     assert path.read_bytes() == (out / "lrs.csv").read_bytes()  # the report's own lrs.csv, byte for byte
-    report.build_report([out.parent], tmp_path / "with", baseline=PRE)
-    rebuilt = report_lrs.rebuild_lrs_csv(tmp_path / "with" / "lr_sensitivity.csv", tmp_path / "b.csv", baseline=PRE)
+    report_page.build_report([out.parent], tmp_path / "with", baseline=PRE)
+    rebuilt = lrs_tables.rebuild_lrs_csv(tmp_path / "with" / "lr_sensitivity.csv", tmp_path / "b.csv", baseline=PRE)
     assert rebuilt.read_bytes() == (tmp_path / "with" / "lrs.csv").read_bytes()
     with pytest.raises(ValueError, match=r"unknown --baseline 'norm.placement=none'; valid: .*'norm.placement=post"):
-        report_lrs.rebuild_lrs_csv(out / "lr_sensitivity.csv", tmp_path / "c.csv", baseline="norm.placement=none")
+        lrs_tables.rebuild_lrs_csv(out / "lr_sensitivity.csv", tmp_path / "c.csv", baseline="norm.placement=none")
 
 
 def test_report_lrs_joins_the_seeds_of_one_study_run_as_several_sweeps(tmp_path: Path) -> None:
@@ -488,9 +491,9 @@ def test_report_lrs_joins_the_seeds_of_one_study_run_as_several_sweeps(tmp_path:
     assert relabelled[0] == relabelled[1] and len(relabelled[0]) == 1 + 2 * 3 * 7  # the same cells, in file order
     assert [r["family"] for r in read_csv(joined)] == ["post_ln", "pre_ln"] and read_csv(joined)[0]["n"] == "3"
     with pytest.raises(ValueError, match=r"cell family 'post_ln' seed 2 lr 0.0003 is given twice"):
-        report_lrs.rebuild_lrs_csv([tmp_path / "b.csv", tmp_path / "all.csv"], tmp_path / "c" / "lrs.csv", by_preset=True)
+        lrs_tables.rebuild_lrs_csv([tmp_path / "b.csv", tmp_path / "all.csv"], tmp_path / "c" / "lrs.csv", by_preset=True)
     with pytest.raises(ValueError, match=r"unknown --families 'pre_lm'; valid: .*'post_ln', 'pre_ln'"):
-        report_lrs.rebuild_lrs_csv(tmp_path / "b.csv", tmp_path / "d" / "lrs.csv", by_preset=True, families=["pre_lm"])
+        lrs_tables.rebuild_lrs_csv(tmp_path / "b.csv", tmp_path / "d" / "lrs.csv", by_preset=True, families=["pre_lm"])
 
 
 def test_the_committed_lrs_csv_is_what_its_lr_sensitivity_csv_gives(tmp_path: Path) -> None:
@@ -543,9 +546,9 @@ def test_families_are_relabelled_by_the_norm_preset_their_keys_name(tmp_path: Pa
     assert [r["family"] for r in relabelled] == ["pre_derf"] * 4 + ["pre_ln_gpas"] * 4
     (tmp_path / "bad.csv").write_text(header + "norm.kind=nosuchkind,0,0.001,1,3,1,finished,\n")
     with pytest.raises(ValueError, match="family 'norm.kind=nosuchkind' names no single norm preset"):
-        report_lrs.rebuild_lrs_csv(tmp_path / "bad.csv", tmp_path / "x" / "lrs.csv", by_preset=True)
+        lrs_tables.rebuild_lrs_csv(tmp_path / "bad.csv", tmp_path / "x" / "lrs.csv", by_preset=True)
     with pytest.raises(ValueError, match="its input: give an --out in another folder"):
-        report_lrs.rebuild_lrs_csv(tmp_path / "lr_sensitivity.csv", tmp_path / "lrs.csv", by_preset=True)
+        lrs_tables.rebuild_lrs_csv(tmp_path / "lr_sensitivity.csv", tmp_path / "lrs.csv", by_preset=True)
 
 
 CELLS_HEADER = "family,seed,lr,final_val_loss,init_loss,capped_loss,state,max_attn_logit\n"

@@ -28,9 +28,11 @@ from analysis.presets import resolve_baseline
 from analysis.runs import Run
 from analysis.stats import mean_stderr, t_interval, zero_spread
 from analysis.variants import Variant, group_variants
+from reporting import page as report_page
+from reporting import tables as report_tables
 from runlog.renames import ADDED
 from runlog.tasks import TASKS
-from scripts import report, report_tables
+from scripts import report
 from tests.test_report import DIVERGED_ERROR, config, finished, metric_rows, table, write_run
 
 T_975_2 = 4.302652729749462  # t.ppf(0.975, 2), from a t table: 4.30265
@@ -133,7 +135,7 @@ def paired_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def compared(paired_sweep: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[dict]]:
     out = tmp_path_factory.mktemp("paired_report")
-    page = report.build_report([paired_sweep], out, baseline=BASE).read_text(encoding="utf-8")
+    page = report_page.build_report([paired_sweep], out, baseline=BASE).read_text(encoding="utf-8")
     with (out / "summary.csv").open(newline="", encoding="utf-8") as f:
         return page, list(csv.DictReader(f))
 
@@ -200,7 +202,7 @@ def test_summary_csv_with_baseline(compared: tuple[str, list[dict]]) -> None:
 
 
 def test_summary_csv_without_baseline(paired_sweep: Path, tmp_path: Path) -> None:
-    report.build_report([paired_sweep], tmp_path, baseline="none")
+    report_page.build_report([paired_sweep], tmp_path, baseline="none")
     with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == [*SUMMARY_COLUMNS, *PARAMS_COLUMNS] and len(rows) == 15  # 3 variants x 5 metrics
@@ -211,7 +213,7 @@ def test_summary_csv_without_baseline(paired_sweep: Path, tmp_path: Path) -> Non
 
 
 def test_runs_csv_holds_every_run_unformatted(paired_sweep: Path, tmp_path: Path) -> None:
-    report.build_report([paired_sweep], tmp_path)
+    report_page.build_report([paired_sweep], tmp_path)
     with (tmp_path / "runs.csv").open(newline="", encoding="utf-8") as f:
         rows = {(r["variant"], r["seed"]): r for r in csv.DictReader(f)}
     assert len(rows) == 9
@@ -223,7 +225,7 @@ def test_runs_csv_holds_every_run_unformatted(paired_sweep: Path, tmp_path: Path
 
 def test_an_unknown_baseline_is_an_error_listing_the_variants(paired_sweep: Path, tmp_path: Path, capsys) -> None:
     with pytest.raises(ReportError, match=r"unknown --baseline 'norm=pre_lns'; valid: .*'norm.placement=post norm.kind=rmsnorm'"):
-        report.build_report([paired_sweep], tmp_path / "a", baseline="norm=pre_lns")  # a preset no variant used
+        report_page.build_report([paired_sweep], tmp_path / "a", baseline="norm=pre_lns")  # a preset no variant used
     assert report.main([str(paired_sweep), "--out", str(tmp_path / "b"), "--baseline", "pre"]) == 1
     err = capsys.readouterr().err.splitlines()[-1]  # after the reading progress bar
     assert err.startswith("report: error: unknown --baseline 'pre'; valid: ") and "Traceback" not in err
@@ -241,7 +243,7 @@ def test_one_pair_no_interval_and_small_n_leave_csv_cells_empty(tmp_path: Path) 
     # seed 0 twice (one run given twice): one pair, their mean 0.25; seed 5 has no partner; a diverged seed 1
     dup = Variant("dup", [run(0, 0.20), run(0, 0.30), run(5, 0.90), run(1, 0.01, state="diverged")])
     single = Variant("single", [run(1, 0.50)])
-    report.write_summary(tmp_path / "s.csv", summary_rows([base, dup, single], TASKS["g2p"], base), with_baseline=True)
+    report_page.write_summary(tmp_path / "s.csv", summary_rows([base, dup, single], TASKS["g2p"], base), with_baseline=True)
     with (tmp_path / "s.csv").open(newline="") as f:
         rows = {(r["variant"], r["metric"]): r for r in csv.DictReader(f)}
     got = rows["dup", "test/per"]
@@ -270,18 +272,18 @@ def delta_cells(page: str) -> dict[str, str]:
 
 
 def test_without_baseline_the_default_presets_variant_is_the_baseline(paired_sweep: Path, tmp_path: Path) -> None:
-    page = report.build_report([paired_sweep], tmp_path).read_text(encoding="utf-8")  # BASE used pre_ln, the default
+    page = report_page.build_report([paired_sweep], tmp_path).read_text(encoding="utf-8")  # BASE used pre_ln, the default
     assert f"baseline: <b>{BASE}</b> (default; --baseline to change)." in page
     assert delta_cells(page) == {BASE: "", POST: "+0.57 [+0.05, +1.08] (3)", RMS: "-0.50 [-19.56, +18.56] (2) n.s."}
     with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as f:
         assert {r["baseline"] for r in csv.DictReader(f)} == {BASE}
-    off = report.build_report([paired_sweep], tmp_path / "off", baseline="none").read_text(encoding="utf-8")
+    off = report_page.build_report([paired_sweep], tmp_path / "off", baseline="none").read_text(encoding="utf-8")
     assert delta_cells(off) == {} and "--baseline pre_ln" in off  # none: no Δ columns; the page says how to get them
 
 
 @pytest.mark.parametrize(("given", "expected"), [("pre_ln", BASE), ("norm=pre_ln", BASE), ("pre_rms", RMS), ("post_rms", POST)])
 def test_baseline_by_the_norm_preset_its_runs_used(paired_sweep: Path, tmp_path: Path, given: str, expected: str) -> None:
-    page = report.build_report([paired_sweep], tmp_path, baseline=given).read_text(encoding="utf-8")
+    page = report_page.build_report([paired_sweep], tmp_path, baseline=given).read_text(encoding="utf-8")
     assert f'<p class="note" data-baseline="{expected}">Δ vs' in page  # not "(default ...)": it was asked for
     assert delta_cells(page)[expected] == ""
 
@@ -291,7 +293,7 @@ def test_no_default_baseline_when_no_single_variant_used_the_default_preset(tmp_
         for seed in (0, 1):
             cfg = config("pre", "layernorm", seed, lr=lr)
             write_run(tmp_path / f"lr={lr},seed={seed}", cfg, metric_rows(1.0, seed, 0.1), finished(0.1))
-    page = report.build_report([tmp_path], tmp_path / "report").read_text(encoding="utf-8")
+    page = report_page.build_report([tmp_path], tmp_path / "report").read_text(encoding="utf-8")
     assert '<p class="note" data-baseline="">Is a difference real? <code>--baseline VARIANT</code>' in page
     assert delta_cells(page) == {}
     # Asked for: the two variants are one LR family, which pre_ln names (the LR-sensitivity table's baseline).
@@ -310,7 +312,7 @@ def test_a_null_label_is_shown_as_null_and_accepted_in_both_spellings(tmp_path: 
             per = 0.1 + 0.01 * seed
             write_run(tmp_path / f"qk={qk},seed={seed}", cfg, metric_rows(1.0, seed, per), finished(per))
     for given in ("norm.qk=None", "norm.qk=null"):
-        page = report.build_report([tmp_path], tmp_path / given, baseline=given).read_text(encoding="utf-8")
+        page = report_page.build_report([tmp_path], tmp_path / given, baseline=given).read_text(encoding="utf-8")
         assert '<p class="note" data-baseline="norm.qk=None">Δ vs <b>norm.qk=null</b>' in page
         assert "<th>PER (%) Δ vs norm.qk=null: mean [95% CI] (pairs)</th>" in page and ">norm.qk=None<" not in page
         assert delta_cells(page) == {"norm.qk=None": "", "norm.qk=layernorm": "+0.00 (2) degenerate (zero spread)"}

@@ -12,10 +12,12 @@ import train as train_module
 from analysis.load import load_runs
 from analysis.lrs import Family
 from analysis.paired import BASELINE_COLUMNS, PARAMS_BASELINE_COLUMNS, PARAMS_COLUMNS, SUMMARY_COLUMNS
-from scripts import match_params, report
-from scripts.report_lrs import lrs_columns
+from reporting import page as report_page
+from reporting.lrs import lrs_columns
+from scripts import match_params
 from tests.conftest import make_cfg
 from tests.test_report import config, finished, metric_rows, table, write_run
+from training import match_params as matching
 from training.checkpoint import load_checkpoint, model_from
 
 LRS = ["+experiment=lr_sensitivity"]
@@ -41,9 +43,9 @@ def test_a_tiny_run_records_its_parameters_with_the_tied_matrix_once(tmp_path: P
 @pytest.fixture(scope="module")
 def sized() -> dict[str, dict[str, int]]:
     """The LR-sensitivity size's counts of pre_ln at d_ff 256, 377, 378, 379 (composed with the override) and mHC's."""
-    counts = {f"d_ff={d}": match_params.count(match_params.model_config([*LRS, "norm=pre_ln", f"model.d_ff={d}"]))
+    counts = {f"d_ff={d}": matching.count(matching.model_config([*LRS, "norm=pre_ln", f"model.d_ff={d}"]))
               for d in (256, 377, 378, 379)}  # fmt: skip
-    return counts | {"mhc": match_params.count(match_params.model_config([*LRS, "norm=pre_ln_mhc"]))}
+    return counts | {"mhc": matching.count(matching.model_config([*LRS, "norm=pre_ln_mhc"]))}
 
 
 def test_reference_counts_at_the_lr_sensitivity_size(sized: dict[str, dict[str, int]]) -> None:
@@ -54,7 +56,7 @@ def test_reference_counts_at_the_lr_sensitivity_size(sized: dict[str, dict[str, 
 
 
 def test_match_params_finds_the_d_ff_of_equal_parameters(sized: dict[str, dict[str, int]], capsys) -> None:
-    found = match_params.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"])
+    found = matching.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"])
     assert (found.value, found.params, found.target, found.target_hc) == (378, 597_840, MHC, MHC_HC)
     assert (found.given_value, found.given_params, found.gap) == (256, PRE_LN, 426)
     assert found.relative_gap == pytest.approx(426 / MHC) and found.override == "model.d_ff=378"
@@ -68,41 +70,41 @@ def test_match_params_finds_the_d_ff_of_equal_parameters(sized: dict[str, dict[s
 
 
 def test_match_params_on_d_model_steps_by_n_heads() -> None:
-    found = match_params.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"], "model.d_model")  # 4 .. 16 x 64
+    found = matching.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"], "model.d_model")  # 4 .. 16 x 64
     assert found.value % 4 == 0 and found.value == 76 and found.gap == 6_402 and f"{100 * found.relative_gap:+.2f}" == "+1.07"
-    counts = [match_params.count(match_params.model_config([*LRS, "norm=pre_ln", f"model.d_model={d}"]))["total"]
+    counts = [matching.count(matching.model_config([*LRS, "norm=pre_ln", f"model.d_model={d}"]))["total"]
               for d in (72, 76, 80)]  # fmt: skip
     assert counts[1] == found.params and all(abs(c - MHC) >= abs(found.gap) for c in counts)
 
 
 def test_closest_takes_the_nearer_neighbour_and_the_smaller_on_a_tie() -> None:
     line = lambda v: 10 * v  # noqa: E731
-    assert match_params.closest(line, 34, 1, 100, 1) == 3 and match_params.closest(line, 36, 1, 100, 1) == 4
-    assert match_params.closest(line, 35, 1, 100, 1) == 3  # 30 and 40 both 5 away
-    assert match_params.closest(line, 100, 4, 40, 4) == 8 and match_params.closest(line, 40, 4, 40, 4) == 4
+    assert matching.closest(line, 34, 1, 100, 1) == 3 and matching.closest(line, 36, 1, 100, 1) == 4
+    assert matching.closest(line, 35, 1, 100, 1) == 3  # 30 and 40 both 5 away
+    assert matching.closest(line, 100, 4, 40, 4) == 8 and matching.closest(line, 40, 4, 40, 4) == 4
 
 
 def test_bad_key_and_unmatched_ranges_are_clear_errors(capsys) -> None:
     with pytest.raises(ValueError, match=r"^unknown --vary 'model.n_heads'; valid: model.d_ff, model.d_model$"):
-        match_params.match_params([], ["norm=pre_ln"], "model.n_heads")
+        matching.match_params([], ["norm=pre_ln"], "model.n_heads")
     assert match_params.main(["--baseline", "norm=pre_ln", "--vary", "model.x"]) == 1
     assert capsys.readouterr().err == "match_params: error: unknown --vary 'model.x'; valid: model.d_ff, model.d_model\n"
     # the default range: one step to 16 x the baseline's own d_ff (256): 4,096 (pre-LN 4,434,816) is below d_ff=5000
     with pytest.raises(ValueError, match=r"^model.d_ff: no value in \[1, 4096\] matches 5,367,744 parameters: the baseline has "
                                          r"208,776 at 1 and 4,434,816 at 4096;"):  # fmt: skip
-        match_params.match_params([*LRS, "norm=pre_ln", "model.d_ff=5000"], ["model.d_ff=256"])
+        matching.match_params([*LRS, "norm=pre_ln", "model.d_ff=5000"], ["model.d_ff=256"])
     with pytest.raises(
         ValueError,
         match=r"^model.d_ff: no value in \[1, 300\] matches 597,414 parameters: the baseline has "
         r"208,776 at 1 and 517,344 at 300; give another --range, or --vary another key$",
     ):
-        match_params.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"], value_range=(1, 300))
+        matching.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"], value_range=(1, 300))
     with pytest.raises(ValueError, match=r"^--range 5 7 holds no multiple of model.n_heads=4, which model.d_model must be$"):
-        match_params.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"], "model.d_model", (5, 7))
+        matching.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"], "model.d_model", (5, 7))
     with pytest.raises(ValueError, match=r"^--range 0 7: need 1 <= LO <= HI$"):
-        match_params.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"], value_range=(0, 7))
+        matching.match_params([*LRS, "norm=pre_ln_mhc"], ["norm=pre_ln"], value_range=(0, 7))
     with pytest.raises(ValueError, match=r"^no value in \[1, 2\] matches 5 parameters: the baseline has 1 at 1 and 2 at 2$"):
-        match_params.closest(lambda v: v, 5, 1, 2, 1)
+        matching.closest(lambda v: v, 5, 1, 2, 1)
 
 
 def write(root: Path, placement: str, seed: int, params: dict | None) -> None:
@@ -119,7 +121,7 @@ def test_the_report_gives_parameters_and_their_ratio_to_the_baseline(tmp_path: P
     for seed in (0, 1):
         write(tmp_path / "runs", "pre", seed, {"total": PRE_LN, "hc": 0})
         write(tmp_path / "runs", "sandwich", seed, {"total": MHC, "hc": MHC_HC})
-    page = report.build_report([tmp_path / "runs"], tmp_path / "out", baseline="pre_ln").read_text(encoding="utf-8")
+    page = report_page.build_report([tmp_path / "runs"], tmp_path / "out", baseline="pre_ln").read_text(encoding="utf-8")
     summary = read_csv(tmp_path / "out" / "summary.csv")
     assert list(summary[0]) == [*SUMMARY_COLUMNS, *BASELINE_COLUMNS, *PARAMS_COLUMNS, *PARAMS_BASELINE_COLUMNS]
     other = [r for r in summary if r["variant"] == "norm.placement=sandwich"]
@@ -140,7 +142,7 @@ def test_runs_written_before_the_record_load_with_empty_parameter_cells(tmp_path
         write(tmp_path / "runs", "post", seed, None)
     run = load_runs([tmp_path / "runs"])[0]
     assert (run.params, run.hc_params, run.finished) == (None, None, True)
-    page = report.build_report([tmp_path / "runs"], tmp_path / "out", baseline="pre_ln").read_text(encoding="utf-8")
+    page = report_page.build_report([tmp_path / "runs"], tmp_path / "out", baseline="pre_ln").read_text(encoding="utf-8")
     summary = read_csv(tmp_path / "out" / "summary.csv")
     assert {(r["params"], r["hc_params"], r["params_ratio"]) for r in summary} == {("", "", "")}
     assert {(r["params"], r["hc_params"]) for r in read_csv(tmp_path / "out" / "runs.csv")} == {("", "")}

@@ -7,6 +7,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
+from reporting import scales
 from scripts import plot_scales
 
 BLOCKS = ["enc.0", "enc.1", "enc.2", "dec.0", "dec.1"]
@@ -28,8 +29,8 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def test_the_heatmap_names_the_blocks_and_labels_its_colour_bar(run_dir: Path) -> None:
-    profiles = plot_scales.read_profiles(run_dir, "rms")
-    fig = plot_scales.heatmap_figure(profiles, "out", "rms", plot_scales.encoder_depth(run_dir))
+    profiles = scales.read_profiles(run_dir, "rms")
+    fig = scales.heatmap_figure(profiles, "out", "rms", scales.encoder_depth(run_dir))
     ax, bar = fig.axes
     assert [t.get_text() for t in ax.get_yticklabels()] == BLOCKS  # not -0.5 ... 4.5
     assert list(ax.get_yticks()) == [0, 1, 2, 3, 4]
@@ -38,8 +39,8 @@ def test_the_heatmap_names_the_blocks_and_labels_its_colour_bar(run_dir: Path) -
 
 
 def test_depth_panels_name_the_blocks_share_one_legend_and_use_log_only_over_a_wide_range(run_dir: Path) -> None:
-    profiles = plot_scales.read_profiles(run_dir, "rms")
-    fig = plot_scales.depth_figure(profiles, None, "rms", 3)
+    profiles = scales.read_profiles(run_dir, "rms")
+    fig = scales.depth_figure(profiles, None, "rms", 3)
     panels = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
     assert set(panels) == {"in", "out"}
     assert [t.get_text() for t in panels["out"].get_xticklabels()] == BLOCKS
@@ -53,9 +54,9 @@ def test_depth_panels_name_the_blocks_share_one_legend_and_use_log_only_over_a_w
 
 def test_without_a_config_the_encoder_is_as_deep_as_the_telemetry_names(run_dir: Path) -> None:
     (run_dir / "config.yaml").write_text("model:\n  n_enc_layers: 7\n")
-    assert plot_scales.encoder_depth(run_dir) == 7  # the config's, when there is one
+    assert scales.encoder_depth(run_dir) == 7  # the config's, when there is one
     (run_dir / "config.yaml").unlink()
-    assert plot_scales.encoder_depth(run_dir) == 3  # act/enc.0 .. enc.2
-    assert plot_scales.block_name(2, 3) == "enc.2" and plot_scales.block_name(4, 3) == "dec.1"
+    assert scales.encoder_depth(run_dir) == 3  # act/enc.0 .. enc.2
+    assert scales.block_name(2, 3) == "enc.2" and scales.block_name(4, 3) == "dec.1"
     assert [p.name for p in plot_scales.main([str(run_dir), "--out", str(run_dir / "png")])] == [
         "scale_heatmap.png", "scale_vs_depth.png"]  # fmt: skip

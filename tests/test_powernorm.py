@@ -1,7 +1,7 @@
 """PowerNorm (``norm.kind=powernorm``, model/powernorm.py) against the official code and its own formulas.
 
 ``tests/expected/powernorm_official.pt`` holds the official ``MaskPowerNorm``'s results (sIncerass/powernorm,
-``fairseq/modules/norms/mask_powernorm.py``), written by ``python -m scripts.powernorm_reference`` from a
+``fairseq/modules/norms/mask_powernorm.py``), written by ``python -m tests.reference.powernorm`` from a
 snapshot of that repository: no network here. Tolerances: float64 cases to 1e-12 absolute (the differences
 are summation order, 2e-15 at most); float32 to 1e-6 absolute and relative (1.4e-6 at most, on a bias gradient
 of about 4).

@@ -13,11 +13,11 @@ from omegaconf import OmegaConf
 
 import train as train_module
 import training.step
+from benchmarks.norms import norm_preset
 from data.batching import Batch
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
 from runlog.status import read_status
-from scripts.bench import norm_preset
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from tests.conftest import ROOT, make_cfg

@@ -16,8 +16,9 @@ from data.tokenizer import PAD_ID
 from model.config import ModelConfig, NormConfig
 from model.powernorm import PowerNorm
 from model.transformer import EncoderDecoder
+from reporting.page import build_report
+from reporting.probe import default_placements
 from scripts import probe as probe_script
-from scripts.report import build_report
 from tests.conftest import make_cfg, model_config
 from training.devices import device_choices
 from training.evaluate import evaluate_loss
@@ -153,7 +154,7 @@ def test_init_output_change_over_placements_and_depths_and_bad_placements():
         init_output_change(cfg, ["postln"], [1], batch, 1e-3)
     with pytest.raises(ValueError, match="norm.kind='dyt' cannot be used with norm.placement='post'"):
         init_output_change(tiny(kind="dyt").cfg, ["post"], [1], batch, 1e-3)
-    assert probe_script.default_placements(tiny(kind="dyt").cfg.norm) == ["pre"]
+    assert default_placements(tiny(kind="dyt").cfg.norm) == ["pre"]
     # pre_bn's plan (BatchNorm encoder, LayerNorm decoder) keeps its stack kinds: the same model with the decoder's
     # kind in every block entry of the plan; a layer-indexed entry is dropped.
     plan = [{"stack": "dec", "kind": "layernorm"}, {"stack": "enc", "layers": [0], "placement": "post"}]
@@ -162,7 +163,7 @@ def test_init_output_change_over_placements_and_depths_and_bad_placements():
     torch.manual_seed(0)
     model = EncoderDecoder(replace(bn, norm=NormConfig(kind="batchnorm", placement="post", blocks=plan[:1])))
     assert out["post"][2] == output_change(model, batch, 1e-3) > 0
-    assert probe_script.default_placements(tiny("b2t").cfg.norm) == ["post", "pre", "admin", "deepnorm", "b2t"]
+    assert default_placements(tiny("b2t").cfg.norm) == ["post", "pre", "admin", "deepnorm", "b2t"]
 
 
 def preset_model(preset: str) -> EncoderDecoder:

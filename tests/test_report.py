@@ -17,8 +17,10 @@ from omegaconf import OmegaConf
 from analysis.load import load_run, load_runs
 from analysis.panels import build_panels
 from analysis.variants import group_variants
+from reporting import figures as report_figures
+from reporting import page as report_page
 from runlog.tasks import TASKS, MetricSpec, TaskSpec, write_task
-from scripts import report, report_figures
+from scripts import report
 
 STEPS = list(range(10, 101, 10))  # logging steps
 EVAL_STEPS = [50, 100]
@@ -133,7 +135,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def built(sweep: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("report")
-    path = report.build_report([sweep], out)
+    path = report_page.build_report([sweep], out)
     return path, path.read_text(encoding="utf-8")
 
 
@@ -314,7 +316,7 @@ def hard(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
                 {"step": 20, "val/loss": 2.7 + seed, "val/per": 0.6 + seed / 10}, {"step": 20, "test/per": 0.6}]  # fmt: skip
         status = {**finished(0.6), "step": 20, "max_steps": 20}
         write_run(root / f"s{seed}", config("pre", "layernorm", seed, **{"trainer.max_steps": 20}), rows, status)
-    path = report.build_report([root], tmp_path_factory.mktemp("hard_report"))
+    path = report_page.build_report([root], tmp_path_factory.mktemp("hard_report"))
     return path, path.read_text(encoding="utf-8"), root
 
 
@@ -456,7 +458,7 @@ def test_translation_runs_show_bleu(tmp_path: Path) -> None:
     rows = [{"step": 10, "train/loss": 3.0, "val/loss": 3.1, "val/bleu": 12.5, "val/chrf": 40.0},
             {"step": 10, "test/bleu": 13.25, "test/chrf": 41.0}]  # fmt: skip
     write_run(tmp_path / "mt", config("pre", "layernorm", 0), rows, None)
-    path = report.build_report([tmp_path / "mt"], tmp_path / "out")
+    path = report_page.build_report([tmp_path / "mt"], tmp_path / "out")
     page = path.read_text()
     assert "plot-val_bleu" in figures(page) and (tmp_path / "out" / "val_bleu.png").is_file()
     assert table(page, "data-run")[0]["mt"]["test/bleu"] == ("13.25", "13.25")
@@ -471,7 +473,7 @@ def test_the_task_and_its_metrics_come_from_task_json(tmp_path: Path) -> None:
     )
     rows = [{"step": 10, "train/loss": 3.0, "val/loss": 3.1, "val/ler": 0.5}, {"step": 10, "test/ler": 0.25, "test/wer": 0.5}]
     write_task(write_run(tmp_path / "p2g", config("pre", "layernorm", 0), rows, None), spec)
-    page = report.build_report([tmp_path / "p2g"], tmp_path / "out").read_text()
+    page = report_page.build_report([tmp_path / "p2g"], tmp_path / "out").read_text()
     assert "plot-val_ler" in figures(page) and "Validation LER" in page and "Validation PER" not in page
     assert table(page, "data-run")[0]["p2g"]["test/ler"] == ("0.25", "25.00")
 
@@ -540,7 +542,7 @@ def quiet_sweep(root: Path, wers: list[float]) -> Path:
 
 
 def test_columns_with_nothing_to_read_are_hidden_and_named(tmp_path: Path) -> None:
-    page = report.build_report([quiet_sweep(tmp_path, [0.3, 0.4])], tmp_path / "report").read_text(encoding="utf-8")
+    page = report_page.build_report([quiet_sweep(tmp_path, [0.3, 0.4])], tmp_path / "report").read_text(encoding="utf-8")
     variants, _ = table(page, "data-variant")
     runs, _ = table(page, "data-run")
     hidden = ("diverged", "test/per_1ref", "test/wer_1ref", "spike_score_loss", "spike_score_grad_norm")
@@ -558,12 +560,12 @@ def test_columns_with_nothing_to_read_are_hidden_and_named(tmp_path: Path) -> No
 
 
 def test_a_sweep_far_from_trained_says_so(tmp_path: Path) -> None:
-    page = report.build_report([quiet_sweep(tmp_path / "a", [0.99, 0.9])], tmp_path / "ra").read_text(encoding="utf-8")
+    page = report_page.build_report([quiet_sweep(tmp_path / "a", [0.99, 0.9])], tmp_path / "ra").read_text(encoding="utf-8")
     assert (
         "<b>Every run is far from trained</b> (test WER ≥ 90 %, the lowest 90.00 %; a trained G2P model is near 25 %): "
         "differences are early-training differences only.</p>"
     ) in page
-    page = report.build_report([quiet_sweep(tmp_path / "b", [0.99, 0.89])], tmp_path / "rb").read_text(encoding="utf-8")
+    page = report_page.build_report([quiet_sweep(tmp_path / "b", [0.99, 0.89])], tmp_path / "rb").read_text(encoding="utf-8")
     assert "far from trained" not in page  # one run spells more than 1 word in 10 right
 
 

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from analysis.load import ReportError, load_runs
+from reporting.batch_vs_layer import write_csvs
 from scripts import report_batch_vs_layer as bvl
 from tests.test_report import config, finished, write_run
 
@@ -92,8 +94,8 @@ def test_an_unfinished_run_is_counted_not_averaged_and_a_repeated_seed_is_an_err
     row = read(tmp_path / "out" / "summary.csv", "arm", "max_tokens", "metric")["batchnorm", "256", "test/per"]
     assert (row["runs"], row["finished"], row["n"], float(row["mean"])) == ("4", "3", "3", pytest.approx(0.74))
     write_run(sweep / "again", config("pre", "batchnorm", 0, **{"trainer.max_tokens": 256}), rows("batchnorm", 0), finished(0.1))
-    with pytest.raises(bvl.ReportError, match=r"seed 0 is missing or repeated in arm batchnorm at 256 tokens"):
-        bvl.write_csvs(bvl.load_runs([sweep]), tmp_path)
+    with pytest.raises(ReportError, match=r"seed 0 is missing or repeated in arm batchnorm at 256 tokens"):
+        write_csvs(load_runs([sweep]), tmp_path)
 
 
 def test_no_runs_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

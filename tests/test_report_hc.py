@@ -11,8 +11,8 @@ import pytest
 from analysis.hyper_connections import HC_COLUMNS, hc_gain_panels
 from analysis.load import load_runs
 from analysis.variants import group_variants
+from reporting import page as report_page
 from runlog.metric_names import hc_gain
-from scripts import report
 from tests.test_report import TELEMETRY_STEPS, config, finished, metric_rows, write_run
 
 
@@ -43,7 +43,7 @@ def test_hc_gains_are_charted_per_stack_and_written_with_their_last_and_largest_
     assert lines["enc bwd_gain"].dash == "dash" and lines["enc fwd_gain"].dash == "solid"
     np.testing.assert_allclose(lines["enc fwd_gain"].y, [gain(0.5, s, "enc", "fwd_gain") for s in TELEMETRY_STEPS])
     assert lines["dec fwd_gain"].y[-1] is None  # one seed has no finite value there: no mean
-    report.build_report([tmp_path], tmp_path / "report", baseline="none")
+    report_page.build_report([tmp_path], tmp_path / "report", baseline="none")
     assert (tmp_path / "report" / panel.key).with_suffix(".png").stat().st_size > 5000
     with (tmp_path / "report" / "hc_gains.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -61,6 +61,6 @@ def test_hc_gains_are_charted_per_stack_and_written_with_their_last_and_largest_
 
 def test_runs_without_hyper_connections_get_no_hc_chart_or_csv(tmp_path: Path) -> None:
     write_run(tmp_path / "plain", config("pre", "layernorm", 0), metric_rows(1.0, 0, 0.1), finished(0.1))
-    report.build_report([tmp_path], tmp_path / "report")
+    report_page.build_report([tmp_path], tmp_path / "report")
     assert not (tmp_path / "report" / "hc_gains.csv").exists()
     assert not list((tmp_path / "report").glob("hc_gain_*.png"))

@@ -12,6 +12,7 @@ from matplotlib.colors import to_hex
 from analysis.load import load_runs
 from analysis.stability import logz_line, max_logit_lines, sigma_max_lines, site_lines, stability_panels
 from analysis.variants import group_variants
+from reporting import page as report_page
 from runlog.metric_names import (
     WEIGHT_SITES,
     act,
@@ -22,7 +23,6 @@ from runlog.metric_names import (
     output_logits,
     weight_spectrum,
 )
-from scripts import report
 from tests.test_report import (
     N_DEC,
     N_ENC,
@@ -161,7 +161,7 @@ def test_kurtosis_is_one_line_per_variant_at_its_last_record(variants: dict) -> 
 
 
 def test_report_draws_each_stability_chart_with_data_into_a_linked_png(sweep: Path, tmp_path: Path) -> None:
-    path = report.build_report([sweep], tmp_path)
+    path = report_page.build_report([sweep], tmp_path)
     page = path.read_text()
     figs = figures(page)
     shown = [png[:-4] for png in PNGS] + LR_CHARTS
@@ -182,13 +182,13 @@ def test_report_draws_each_stability_chart_with_data_into_a_linked_png(sweep: Pa
 @pytest.mark.browser
 def test_stability_charts_draw_in_chromium(sweep: Path, tmp_path: Path) -> None:
     charts = 5 + len(PNGS) + len(LR_CHARTS)
-    draw_in_chromium(report.build_report([sweep], tmp_path / "report"), tmp_path / "profile", charts=charts)
+    draw_in_chromium(report_page.build_report([sweep], tmp_path / "report"), tmp_path / "profile", charts=charts)
 
 
 def test_runs_without_the_stability_metrics_leave_the_charts_out(tmp_path: Path) -> None:
     write_run(tmp_path / "old", config("pre", "layernorm", 0), metric_rows(1.0, 0, 0.1), finished(0.1))
     assert stability_panels(group_variants(load_runs([tmp_path]))) == []
-    path = report.build_report([tmp_path], tmp_path / "report")
+    path = report_page.build_report([tmp_path], tmp_path / "report")
     assert len(figures(path.read_text())) == 5
     assert not [p.name for p in (tmp_path / "report").glob("*.png") if p.name in PNGS]
 
@@ -220,7 +220,7 @@ def test_bstat_charts_are_one_per_variant_and_statistic_with_a_line_per_norm(tmp
         i = int(block[-1])
         assert line.x == TELEMETRY_STEPS and line.dash == "solid"
         np.testing.assert_allclose(line.y, [(1 + i) * t / 100 + 0.5 + len(site) + 1 for t in TELEMETRY_STEPS])
-    report.build_report([tmp_path], tmp_path / "report")
+    report_page.build_report([tmp_path], tmp_path / "report")
     assert (tmp_path / "report" / "bstat_mean_dist_1.png").stat().st_size > 5000
 
 
@@ -238,5 +238,5 @@ def test_gpas_chart_is_silu_g_vs_depth_on_a_linear_axis_and_only_where_runs_have
     for line, step in zip(panel.lines, TELEMETRY_STEPS, strict=True):
         assert line.x == [0, 1, 2, 3]
         np.testing.assert_allclose(line.y, [silu(0.5, step, d) for d in range(4)])
-    report.build_report([tmp_path], tmp_path / "report")
+    report_page.build_report([tmp_path], tmp_path / "report")
     assert (tmp_path / "report" / "gpas_vs_depth.png").stat().st_size > 5000

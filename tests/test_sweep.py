@@ -13,7 +13,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from scripts import report
+from reporting import page as report_page
 from tests.conftest import ROOT
 from tests.test_report import figures
 from training.checkpoint import load_checkpoint
@@ -48,7 +48,7 @@ def test_a_2x2_sweep_runs_every_job_in_a_dir_named_by_its_overrides(two_by_two):
 
 def test_the_report_of_the_sweep_has_one_trace_per_run_and_every_panel(two_by_two, tmp_path):
     sweep_dir, _ = two_by_two
-    page = report.build_report([sweep_dir], tmp_path).read_text(encoding="utf-8")
+    page = report_page.build_report([sweep_dir], tmp_path).read_text(encoding="utf-8")
     figs = figures(page)
     assert {"plot-loss", "plot-val_loss", "plot-val_per", "plot-rms_vs_depth", "plot-grad_vs_depth"} <= set(figs)
     for panel in ("plot-loss", "plot-val_loss", "plot-val_per"):
@@ -75,7 +75,7 @@ def test_a_failing_job_does_not_stop_the_sweep_and_is_listed(tmp_path):
     assert re.search(r"n_heads=3,\S+ +failed +- +ValueError: model.d_model=32 is not divisible by model.n_heads=3", done.stdout)
     assert f"(log: {failed / 'error.log'})" in done.stdout and "Traceback" in (failed / "error.log").read_text()
     assert len(list((tmp_path / "s").glob("*n_heads=2*/checkpoint.pt"))) == 1  # the other job ran to the end
-    page = report.build_report([tmp_path / "s"], tmp_path / "report").read_text(encoding="utf-8")
+    page = report_page.build_report([tmp_path / "s"], tmp_path / "report").read_text(encoding="utf-8")
     assert "2 runs in 2 variants" in page and "no metrics.jsonl: stopped before training" in page  # listed, marked
 
 

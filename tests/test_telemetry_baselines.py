@@ -382,7 +382,7 @@ AT_INIT = {
 
 @pytest.mark.parametrize("preset", AT_INIT)
 def test_max_logits_of_model_small_at_init_match_the_docs(preset):
-    from scripts.bench import default_model_and_batch, norm_preset
+    from benchmarks.norms import default_model_and_batch, norm_preset
 
     cfg = default_model_and_batch(norm_preset(preset))[0].cfg
     ranges = AT_INIT[preset]

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from reporting.wandb_workspace import build_workspace
 from runlog.tasks import TASKS, write_task
-from scripts.wandb_workspace import build_workspace, main
+from scripts.wandb_workspace import main
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Run the official PowerNorm and normlab's side by side; write the official results for tests/test_powernorm.py.
 
-    python -m scripts.powernorm_reference [--mirror GIT_DIR] [--out tests/expected/powernorm_official.pt]
+    python -m tests.reference.powernorm [--mirror GIT_DIR] [--out tests/expected/powernorm_official.pt]
 
 The official module is ``fairseq/modules/norms/mask_powernorm.py`` of sIncerass/powernorm (ICML 2020), read
 from a bare git snapshot of that repository (``--mirror``, default the ``fetch`` tool's
@@ -16,17 +16,13 @@ the inputs, the constants, and per iteration the official output, input gradient
 buffers (``running_phi``, ``ema_gz``, ``iters``); printed: normlab's largest absolute difference to each.
 """
 
-from pathlib import Path
-
-if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
-    import _as_module  # noqa: F401
-
 import argparse
 import importlib.util
 import inspect
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
 

@@ -1,8 +1,8 @@
 """The fixed-seed runs that pin normlab's numbers, and a comparison of two ``metrics.jsonl`` files.
 
-    python -m scripts.expected_metrics write             # regenerate tests/expected/tiny_full.jsonl
-    python -m scripts.expected_metrics compare A B       # A, B: metrics.jsonl files or run dirs
-    python -m scripts.expected_metrics compare A B --exact
+    python -m tests.reference.expected_metrics write             # regenerate tests/expected/tiny_full.jsonl
+    python -m tests.reference.expected_metrics compare A B       # A, B: metrics.jsonl files or run dirs
+    python -m tests.reference.expected_metrics compare A B --exact
 
 ``write`` trains :data:`TINY_FULL` (a tiny model, 20 steps, ``telemetry=full``: every statistic at
 every step) and keeps every logged value except the timing fields (:data:`TIMING`); run it only

@@ -1,6 +1,6 @@
 """Run the official Derf module and normlab's side by side; print the official numbers tests/test_derf.py pins.
 
-    python -m scripts.derf_reference [--mirror GIT_DIR]
+    python -m tests.reference.derf [--mirror GIT_DIR]
 
 The official module is ``Dynamic_erf`` of zlab-princeton/Derf, file ``DNA model/dynamic_erf.py`` (the same class,
 parameters and forward as its GPT-2 patch ``language model/model_derf.patch``: ``weight * erf(alpha * x + shift) +
@@ -13,15 +13,11 @@ the same float64 input; printed: the official output and input gradient (of ``(y
 literals, and normlab's largest absolute difference to each.
 """
 
-from pathlib import Path
-
-if not __package__:  # run as a file (python scripts/x.py): it answers with the module command
-    import _as_module  # noqa: F401
-
 import argparse
 import importlib.util
 import subprocess
 import tempfile
+from pathlib import Path
 
 import torch
 
