@@ -99,8 +99,8 @@ class Run:
     @property
     def last_step(self) -> int | None:
         """The step reached: status.json's, else the largest step in metrics.jsonl."""
-        if isinstance((self.status or {}).get("step"), int):
-            return self.status["step"]
+        if isinstance(step := (self.status or {}).get("step"), int):
+            return step
         steps = [s for points in self.series.values() for s, _ in points]
         return max(steps, default=None)
 

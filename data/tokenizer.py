@@ -25,7 +25,7 @@ def build_vocab(texts: Iterable[str], *, unit: str) -> Tokenizer:
         ValueError: unknown unit (valid: char, space).
     """
     if unit == "char":
-        pre = pre_tokenizers.Split(Regex("."), behavior="isolated")
+        pre: pre_tokenizers.PreTokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
         decoder = decoders.Fuse()
     elif unit == "space":
         pre = pre_tokenizers.WhitespaceSplit()

@@ -120,6 +120,7 @@ class Residual(nn.Module):
         self.norm_in = slot(use_in)
         self.branch = branch
         self.norm_branch = slot(use_branch)
+        self.gate: nn.Module
         if plan.gate is None:
             self.gate = nn.Identity()
         else:

@@ -63,6 +63,7 @@ def with_current_names(config: dict[str, Any]) -> dict[str, Any]:
         if parent is not None and leaf in parent:
             value = parent.pop(leaf)
             new_parent, new_leaf = _parent(out, new, create=True)
+            assert new_parent is not None  # create=True adds every dict on the way
             new_parent.setdefault(new_leaf, value)
     for key, value in ADDED.items():
         parent, leaf = _parent(out, key, create=False)

@@ -2,21 +2,11 @@
 describes; a schedule's learning rates."""
 
 import os
-from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
-from data.tokenizer import PAD_ID
-from model.config import ModelConfig
-from training.optim import build_optimizer, build_scheduler
-from training.schema import ScheduleConfig, validate
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ["model=tiny", "trainer=smoke", "logger=none", "telemetry.every=5"]
+from tests.helpers.config import make_cfg
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -29,56 +19,6 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
-def compose_conf(*overrides: str, hydra: bool = False) -> DictConfig:
-    """conf/config.yaml composed with ``overrides`` (later wins); ``hydra``: with the ``hydra`` node (a preset's
-    ``hydra.sweeper.params``)."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
-
-
-def make_cfg(*overrides: str) -> DictConfig:
-    """conf/config.yaml composed with the tiny test settings and ``overrides`` (later wins)."""
-    return compose_conf(*TINY, *overrides)
-
-
-def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig:
-    """The model ``cfg`` describes, with these vocabulary sizes (``training.run.start_run`` takes them from
-    the data); raises ValueError on a bad config."""
-    return replace(validate(cfg).model, src_vocab=src_vocab, tgt_vocab=tgt_vocab, pad_id=PAD_ID)
-
-
-def fit_losses(
-    model: torch.nn.Module, src: torch.Tensor, tgt: torch.Tensor, opt: torch.optim.Optimizer, steps: int
-) -> list[float]:
-    """The teacher-forced cross-entropy of ``steps`` optimizer steps on one batch: src (B, S), tgt (B, T) whose
-    first T - 1 positions are the decoder input and last T - 1 the targets (no padding)."""
-    losses = []
-    for _ in range(steps):
-        loss = torch.nn.functional.cross_entropy(model(src, tgt[:, :-1]).flatten(0, 1), tgt[:, 1:].flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
-def scheduled_lrs(peak: float, warmup: int, max_steps: int, n: int, decay: str, start: int = 0,
-                  loaded_lr: float | None = None) -> list[float]:  # fmt: skip
-    """The lr of updates start + 1 .. start + n of a run's schedule, replayed to ``start`` as a resume
-    replays it; ``loaded_lr``: the lr an optimizer state loaded from a checkpoint carries."""
-    opt = build_optimizer(torch.nn.Linear(2, 2), peak, (0.9, 0.98), 0.0, 1e-8)
-    if loaded_lr is not None:
-        for group in opt.param_groups:
-            group["lr"] = group["initial_lr"] = loaded_lr
-    sched = build_scheduler(opt, peak, ScheduleConfig(warmup, decay), max_steps, start_step=start)
-    out = []
-    for _ in range(n):
-        out.append(sched.get_last_lr()[0])
-        opt.step()
-        sched.step()
-    return out
-
-
 @pytest.fixture
 def cfg_factory():
     return make_cfg
@@ -86,7 +26,7 @@ def cfg_factory():
 
 @pytest.fixture(scope="session")
 def slurm_env() -> dict[str, str]:
-    """The environment of the local SLURM cluster's clients (``tests/slurm_cluster.py``); skips without SLURM."""
-    from tests.slurm_cluster import start_cluster
+    """The environment of the local SLURM cluster's clients (``tests/helpers/slurm_cluster.py``); skips without SLURM."""
+    from tests.helpers.slurm_cluster import start_cluster
 
     return start_cluster()

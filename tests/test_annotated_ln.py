@@ -8,7 +8,7 @@ from torch import nn
 from model.config import ModelConfig, NormConfig
 from model.norms import AnnotatedLayerNorm, build_norm
 from model.transformer import EncoderDecoder
-from tests.conftest import fit_losses, make_cfg, model_config
+from tests.helpers.config import fit_losses, make_cfg, model_config
 
 
 def test_formula_by_hand():

@@ -12,18 +12,11 @@ from model.attention import MultiHeadAttention
 from model.kinds import NORM_KINDS
 from model.norms import L2Norm, LayerNorm, RMSNorm
 from model.transformer import DecoderCache, EncoderDecoder
-from tests.conftest import make_cfg, model_config
+from tests.helpers.config import make_cfg, model_config
+from tests.helpers.model import randomize_norms
 from training.schema import validate
 
 V = 43
-
-
-def randomize_norms(module: nn.Module) -> None:
-    """Move every norm weight/bias off its init, so a hand computation that ignores them would differ."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if "_norm." in name:
-                p.add_(torch.randn_like(p) * 0.3)
 
 
 def test_qkv_norm_attention_equals_normalize_per_head_then_softmax():

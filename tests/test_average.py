@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import train as train_module
-from tests.conftest import make_cfg
-from tests.test_resume import EXACT, stop_by_sigterm
+from tests.helpers.config import make_cfg
+from tests.helpers.resume import EXACT, stop_by_sigterm
 from training.average import AVERAGED, LastCheckpoints, average_state_dicts, snapshot_path, snapshots
 from training.checkpoint import load_checkpoint, model_from
 from training.schema import validate

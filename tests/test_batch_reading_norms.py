@@ -14,8 +14,7 @@ from model.beam_search import beam_search
 from model.config import ModelConfig, NormConfig
 from model.norms import BatchReadingNorm
 from model.transformer import DecoderCache, EncoderDecoder
-
-PAD, BOS, EOS, V, D = 0, 1, 2, 12, 16
+from tests.helpers.batch_reading import BOS, EOS, PAD, D, V, batch, noisy_padding
 
 
 class MaskedMeanNorm(BatchReadingNorm):
@@ -57,16 +56,6 @@ def make_model(placement: str = "pre", kind: str = "rmsnorm", impl: str = "custo
     return EncoderDecoder(ModelConfig(src_vocab=V, tgt_vocab=V, pad_id=PAD, dropout=0.0, norm=norm, **sizes))
 
 
-def batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """src (4, 7) and tgt_in (4, 6), right-padded with PAD to different lengths in each row."""
-    g = torch.Generator().manual_seed(seed)
-    src, tgt = torch.randint(4, V, (4, 7), generator=g), torch.randint(4, V, (4, 6), generator=g)
-    tgt[:, 0] = BOS
-    for row, (s, t) in enumerate([(7, 6), (3, 2), (5, 4), (2, 5)]):
-        src[row, s:], tgt[row, t:] = PAD, PAD
-    return src, tgt
-
-
 def reading_norms(model: nn.Module) -> dict[str, BatchReadingNorm]:
     return {name: m for name, m in model.named_modules() if isinstance(m, BatchReadingNorm)}
 
@@ -99,35 +88,17 @@ def test_every_slot_and_final_norm_gets_its_streams_keep_mask(masked_mean, place
         torch.testing.assert_close(keep, expected["enc" if name.startswith("enc") else "dec"], rtol=0, atol=0)
 
 
-def _noisy_padding(model: EncoderDecoder, src: torch.Tensor, tgt: torch.Tensor, seed: int) -> torch.Tensor:
-    """The logits (B, T, V) with random values written into the embeddings at every padded position,
-    the masks (from the ids) unchanged."""
-    g = torch.Generator().manual_seed(seed)
-    pads = {model.src_embed: src.eq(PAD), model.tgt_embed: tgt.eq(PAD)}
-
-    def fill(mod: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
-        noise = 10 * torch.randn(out.shape, generator=g)
-        return torch.where(pads[mod][..., None], noise, out)
-
-    handles = [embed.register_forward_hook(fill) for embed in pads]
-    try:
-        return model(src, tgt)
-    finally:
-        for h in handles:
-            h.remove()
-
-
 @pytest.mark.parametrize("placement", ["pre", "sandwich", "post"])
 def test_padding_content_does_not_reach_real_tokens(masked_mean, placement):
     src, tgt = batch()
     real = tgt.ne(PAD)
     model = make_model(placement)
-    a, b = (_noisy_padding(model, src, tgt, seed)[real] for seed in (0, 1))
+    a, b = (noisy_padding(model, src, tgt, seed)[real] for seed in (0, 1))
     torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
     # The control: a mean over every token, pads included, lets the padding in.
     masked_mean["real_only"] = False
     leaky = make_model(placement)
-    a, b = (_noisy_padding(leaky, src, tgt, seed)[real] for seed in (0, 1))
+    a, b = (noisy_padding(leaky, src, tgt, seed)[real] for seed in (0, 1))
     assert (a - b).abs().max() > 1e-2
 
 

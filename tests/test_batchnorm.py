@@ -23,9 +23,9 @@ from model.beam_search import beam_search
 from model.config import ModelConfig, NormConfig
 from model.norms import LayerNorm, build_norm
 from model.transformer import DecoderCache, EncoderDecoder
-from tests.conftest import make_cfg, model_config
-from tests.test_batch_reading_norms import PAD, V, _noisy_padding, batch
-from tests.test_resume import EXACT, losses, stop_by_sigterm
+from tests.helpers.batch_reading import PAD, V, batch, noisy_padding
+from tests.helpers.config import make_cfg, model_config
+from tests.helpers.resume import EXACT, losses, stop_by_sigterm
 from training.checkpoint import load_checkpoint
 from training.evaluate import evaluate_loss
 from training.step import StepOptions, token_losses
@@ -177,7 +177,7 @@ def test_padding_reaches_neither_the_real_tokens_nor_the_loss_nor_the_gradients(
     runs = []
     for seed in (0, 1):  # random values written into the embeddings at every pad position
         model.zero_grad()
-        logits = _noisy_padding(model, src, tgt, seed)
+        logits = noisy_padding(model, src, tgt, seed)
         loss, _ = token_losses(logits, torch.where(real, tgt, PAD), options)
         loss.backward()
         runs.append((logits[real], loss, {n: p.grad.clone() for n, p in model.named_parameters()}))

@@ -10,7 +10,7 @@ import torch
 
 import train as train_module
 from runlog.tasks import TASKS
-from tests.conftest import make_cfg
+from tests.helpers.config import make_cfg
 from training.best import BEST, BestCheckpoint
 from training.checkpoint import load_checkpoint, model_from
 from training.schema import validate

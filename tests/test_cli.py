@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 import train as train_module
 from model.norms import NORM_KINDS
-from tests.conftest import ROOT
+from tests.helpers.config import ROOT
 from training.checkpoint import LATEST
 from training.cli import check_args, command, presets, sweep_preset_warning
 

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 import train as train_module
 from runlog.renames import renamed_override, with_current_names
-from tests.conftest import ROOT, make_cfg
+from tests.helpers.config import ROOT, make_cfg
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.schema import DECAYS, validate
 

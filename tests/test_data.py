@@ -12,7 +12,7 @@ from data.batching import Seq2SeqData, collate, make_batches, train_stream
 from data.cmudict_g2p import load_cmudict, split_of
 from data.metrics import per_wer
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_vocab, encode_all
-from tests.conftest import make_cfg
+from tests.helpers.config import make_cfg
 from training import tasks
 from training.schema import validate
 from training.tasks import g2p

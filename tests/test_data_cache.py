@@ -13,7 +13,7 @@ import pytest
 from data import cache
 from data.cache import cached, fingerprint, source_text
 from data.tokenizer import build_vocab
-from tests.conftest import ROOT
+from tests.helpers.config import ROOT
 from training.tasks import g2p
 
 # Run as `python -c BUILD_TOGETHER <dir> <name>` by two processes at once, as by two nodes sharing one home: each

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import train as train_module
 from model.transformer import EncoderDecoder
-from tests.conftest import make_cfg, model_config
+from tests.helpers.config import make_cfg, model_config
 
 V = 43  # the CMUdict G2P target vocabulary: 39 phonemes + 4 specials
 

@@ -11,7 +11,7 @@ import pytest
 from analysis.depth import GROWTH_COLUMNS, PROFILE_COLUMNS, block_name, growth
 from analysis.runs import Run
 from reporting import page as report_page
-from tests.test_report import N_DEC, N_ENC, TELEMETRY_STEPS, config, finished, metric_rows, rms, table, write_run
+from tests.helpers.runs import N_DEC, N_ENC, TELEMETRY_STEPS, config, finished, metric_rows, rms, table, write_run
 
 VARIANT_A = "norm.placement=pre norm.kind=layernorm"
 VARIANT_B = "norm.placement=post norm.kind=rmsnorm"

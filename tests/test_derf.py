@@ -10,7 +10,7 @@ from torch import nn
 from model.config import ModelConfig, NormConfig, NormSpec
 from model.norms import DERF_ALPHA_INIT, DERF_SHIFT_INIT, DYT_ALPHA_INIT, Derf, DyT, build_norm
 from model.transformer import EncoderDecoder
-from tests.conftest import make_cfg, model_config
+from tests.helpers.config import make_cfg, model_config
 from training.optim import build_optimizer
 
 # ``python -m tests.reference.derf``: the official ``Dynamic_erf`` (zlab-princeton/Derf 8dd9ea3,

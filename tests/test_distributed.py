@@ -5,7 +5,6 @@ launchers that pass ``--local-rank``."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,43 +12,22 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.helpers.config import ROOT
+from tests.helpers.distributed import DEFAULTS, assert_trains_as_one_process, run
 from training.checkpoint import load_checkpoint
 from training.distributed import strip_local_rank
 from training.spikes import SpikeScore
 
-DEFAULTS = ["model=tiny", "trainer=smoke", "logger=none"]  # every cadence as the presets set it
 # log 5, telemetry 3, eval 7, checkpoint 4: each decides a different set of steps, so a rank that
 # enters a collective on its own (a rank-0-only decision) would hang here.
 SKEWED = [*DEFAULTS, "trainer.max_steps=12", "telemetry.every=3", "trainer.eval_every=7", "trainer.checkpoint_every=4"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 LEGACY = [sys.executable, "-m", "torch.distributed.launch", "--standalone", "--nproc_per_node=2"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-def run(cmd: list[str], cwd: Path, ok: bool = True) -> subprocess.CompletedProcess:
-    # A hang (the failure this file guards against) ends in the timeout, not in a stuck suite.
-    out = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
-    assert (out.returncode == 0) == ok, out.stderr[-3000:]
-    return out
 
 
 def losses(run_dir: Path) -> dict[int, float]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
-
-
-def assert_trains_as_one_process(run_dir: Path, tmp_path: Path, args: list[str], logged: list[int]) -> None:
-    """Two ranks' run in ``run_dir`` logged the losses at ``logged`` and ended at the weights of one process run with
-    ``args`` and twice the accumulation (``tmp_path / "one"``)."""
-    one_dir = tmp_path / "one"
-    run([sys.executable, str(ROOT / "train.py"), *args, "trainer.grad_accum=2", f"hydra.run.dir={one_dir}"], tmp_path)
-    ranks, accum = losses(run_dir), losses(one_dir)
-    assert sorted(ranks) == sorted(accum) == logged
-    for step in ranks:
-        assert ranks[step] == pytest.approx(accum[step], rel=1e-5, abs=1e-6)
-    a, b = load_checkpoint(run_dir / "checkpoint.pt")["model"], load_checkpoint(one_dir / "checkpoint.pt")["model"]
-    assert all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
 
 
 @pytest.mark.dist

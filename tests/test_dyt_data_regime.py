@@ -7,8 +7,8 @@ from pathlib import Path
 from analysis.csvs import write_csv
 from analysis.regime import Cell, regimes
 from reporting.regime import REGIME_FIELDS, RUN_FIELDS, regime_row
-from tests.test_lr_sensitivity_seeds import sweep_params
-from tests.test_lrs import read_csv
+from tests.helpers.csvs import read_csv
+from tests.helpers.results import sweep_params
 
 STUDY = Path(__file__).parents[1] / "docs" / "results" / "dyt_data_regime"
 

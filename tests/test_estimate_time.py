@@ -14,7 +14,7 @@ from data.tokenizer import PAD_ID
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
 from scripts import estimate_time as cli
-from tests.conftest import ROOT
+from tests.helpers.config import ROOT
 from training.flops import PEAK_BF16_FLOPS, counted_train_flops
 from training.schema import validate
 from training.tasks import build_task

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from tests.conftest import compose_conf
-from tests.test_lrs import read_csv
-from tests.test_results import sections
+from tests.helpers.config import compose_conf
+from tests.helpers.csvs import read_csv
+from tests.helpers.results import sections
 
 ROOT = Path(__file__).parents[1]
 STUDY = ROOT / "docs" / "results" / "g2p_baseline"

@@ -13,7 +13,7 @@ from model.config import ModelConfig, NormConfig
 from model.transformer import EncoderDecoder
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.conftest import make_cfg
+from tests.helpers.config import make_cfg
 from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast
 from training.schema import ScheduleConfig

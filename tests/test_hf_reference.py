@@ -24,7 +24,7 @@ from torch import nn
 
 from model.norms import RMSNorm, build_norm
 from model.transformer import EncoderDecoder
-from tests.conftest import make_cfg, model_config
+from tests.helpers.config import make_cfg, model_config
 
 transformers = pytest.importorskip("transformers")
 from transformers import Gemma3TextConfig, Olmo2Config  # noqa: E402

@@ -17,7 +17,7 @@ from model.layers import FeedForward
 from model.transformer import EncoderDecoder
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.conftest import ROOT, make_cfg, model_config, scheduled_lrs
+from tests.helpers.config import ROOT, make_cfg, model_config, scheduled_lrs
 from training.optim import build_optimizer, build_scheduler
 from training.run import config_diff
 from training.schema import ScheduleConfig, validate

@@ -80,7 +80,7 @@ def test_metrics_jsonl_keeps_an_earlier_attempts_rows_up_to_the_resume_step_and_
 
 def test_wandb_prints_nothing_and_normlabs_summary_is_the_last_output(tmp_path, monkeypatch, capfd) -> None:
     import train as train_module
-    from tests.conftest import make_cfg
+    from tests.helpers.config import make_cfg
 
     for name in ("WANDB_API_KEY", *loggers.WANDB_OUTPUT_ENV):
         monkeypatch.delenv(name, raising=False)

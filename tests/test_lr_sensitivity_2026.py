@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from scripts import report_lrs
-from tests.test_lrs import read_csv
+from tests.helpers.csvs import read_csv
 
 STUDY_2026 = Path(__file__).parents[1] / "docs" / "results" / "lr_sensitivity_2026"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from scripts import report_lrs
-from tests.conftest import compose_conf
-from tests.test_lrs import read_csv
+from tests.helpers.csvs import read_csv
+from tests.helpers.results import sweep_params
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -16,12 +16,6 @@ SEEDS = RESULTS / "lr_sensitivity_seeds"
 FIRST = RESULTS / "lr_sensitivity" / "lr_sensitivity.csv"  # seeds 0-2, every preset of the study, long labels
 LATER = SEEDS / "cells_seeds_3-16.csv"  # seeds 3-16 of post_ln and pre_ln, the report's cells of their sweep
 ARGS = ["--by-preset", "--families", "post_ln,pre_ln", "--baseline", "pre_ln"]
-
-
-def sweep_params(experiment: str) -> dict[str, list[str]]:
-    """The swept keys of ``+experiment=<experiment>`` and their values."""
-    params = compose_conf(f"+experiment={experiment}", hydra=True).hydra.sweeper.params
-    return {key: str(value).split(",") for key, value in params.items()}
 
 
 @pytest.mark.parametrize("inputs, folder", [((FIRST, LATER), "."), ((LATER,), "new_seeds_only")])

@@ -22,8 +22,9 @@ from reporting import lrs as lrs_tables
 from reporting import page as report_page
 from runlog.metric_names import attn_max_logit
 from scripts import report_lrs
-from tests.conftest import make_cfg
-from tests.test_report import DIVERGED_ERROR, config, draw_in_chromium, figures, finished, layouts, table, write_run
+from tests.helpers.config import make_cfg
+from tests.helpers.csvs import read_csv
+from tests.helpers.runs import DIVERGED_ERROR, config, draw_in_chromium, figures, finished, layouts, table, write_run
 
 LRS3 = [1e-3, 1e-2, 1e-1]
 HAND = 7.24 / 3 - 1.5  # (2.0 + 1.5 + 3.74) / 3 - 1.5 = 0.91333: losses 2.0, 1.5, diverged at l0 = 3.74
@@ -184,11 +185,6 @@ def lr_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
             write_run(root / f"{placement}_{kind},lr={lr:g},seed={seed}", config(placement, kind, seed, lr=lr), rows, status)
     path = report_page.build_report([root], root / "report")
     return path, path.read_text(encoding="utf-8")
-
-
-def read_csv(path: Path) -> list[dict]:
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def test_report_writes_lrs_csv(lr_sweep: tuple[Path, str]) -> None:

@@ -11,7 +11,7 @@ from torch import nn
 
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.test_telemetry import batch, make
+from tests.helpers.telemetry import batch, make
 
 K = 8  # head size of make(): d_model 32, 4 heads
 MAX_LOGIT = TelemetryConfig(every=1, sites=(), grads=False, attn_max_logit=True)

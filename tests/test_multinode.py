@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,8 +18,8 @@ from omegaconf import OmegaConf
 
 import train as train_module
 from runlog.status import read_status
-from tests.conftest import ROOT, make_cfg
-from tests.test_distributed import DEFAULTS, ENV, assert_trains_as_one_process
+from tests.helpers.config import ROOT, make_cfg
+from tests.helpers.distributed import DEFAULTS, ENV, assert_trains_as_one_process, free_port
 from training import distributed
 from training.checkpoint import load_checkpoint
 from training.distributed import RankZeroHydraFiles
@@ -53,13 +52,6 @@ def hook(event, args):
 sys.addaudithook(hook)
 runpy.run_path({str(ROOT / "train.py")!r}, run_name="__main__")
 """
-
-
-def free_port() -> int:
-    """A TCP port free on this machine now (for a rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

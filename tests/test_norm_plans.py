@@ -12,7 +12,7 @@ from model.config import ModelConfig, NormConfig
 from model.norms import LayerNorm, RMSNorm
 from model.placements import PLACEMENTS, XavierNormalInit, deepnorm_constants
 from model.transformer import EncoderDecoder
-from tests.conftest import make_cfg, model_config
+from tests.helpers.config import make_cfg, model_config
 from training.run import config_diff
 
 V = 43

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.config import ROOT
 
 # libgomp prints its settings at start-up with OMP_DISPLAY_ENV=VERBOSE; GOMP_SPINCOUNT is how long a waiting thread
 # spins before it sleeps: 0 under PASSIVE, 300000 when nothing is set, 30000000000 under ACTIVE.

@@ -33,7 +33,7 @@ from reporting import tables as report_tables
 from runlog.renames import ADDED
 from runlog.tasks import TASKS
 from scripts import report
-from tests.test_report import DIVERGED_ERROR, config, finished, metric_rows, table, write_run
+from tests.helpers.runs import DIVERGED_ERROR, config, finished, metric_rows, table, write_run
 
 T_975_2 = 4.302652729749462  # t.ppf(0.975, 2), from a t table: 4.30265
 T_975_1 = 12.706204736174707  # t.ppf(0.975, 1): 12.7062

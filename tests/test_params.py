@@ -15,8 +15,8 @@ from analysis.paired import BASELINE_COLUMNS, PARAMS_BASELINE_COLUMNS, PARAMS_CO
 from reporting import page as report_page
 from reporting.lrs import lrs_columns
 from scripts import match_params
-from tests.conftest import make_cfg
-from tests.test_report import config, finished, metric_rows, table, write_run
+from tests.helpers.config import make_cfg
+from tests.helpers.runs import config, finished, metric_rows, table, write_run
 from training import match_params as matching
 from training.checkpoint import load_checkpoint, model_from
 

@@ -12,7 +12,7 @@ import train as train_module
 from model.config import ModelConfig
 from model.kinds import HC_KINDS
 from model.transformer import EncoderDecoder
-from tests.conftest import make_cfg, model_config
+from tests.helpers.config import make_cfg, model_config
 from training.flops import flop_counter, hyper_connection_flops, peak_flops, train_flops
 
 

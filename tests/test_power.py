@@ -10,7 +10,7 @@ from scipy import stats
 
 from analysis.power import paired_t_power, pairs_needed, plan, sd_upper_limit
 from scripts import seeds_needed
-from tests.conftest import ROOT
+from tests.helpers.config import ROOT
 
 PILOT = ROOT / "docs" / "results" / "lr_sensitivity" / "lrs_seeds.csv"
 

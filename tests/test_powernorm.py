@@ -20,7 +20,7 @@ from model.norms import BatchReadingNorm, LayerNorm, build_norm
 from model.powernorm import GROUP_SCALING_EPS, PowerNorm, group_scale
 from model.transformer import EncoderDecoder
 from runlog.renames import with_current_names
-from tests.conftest import ROOT, make_cfg, model_config
+from tests.helpers.config import ROOT, make_cfg, model_config
 from training.evaluate import evaluate_loss
 from training.schema import validate
 

@@ -20,8 +20,8 @@ from model.transformer import EncoderDecoder
 from runlog.status import read_status
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.conftest import ROOT, make_cfg
-from tests.test_resume import EXACT, losses, rows, stop_by_sigterm
+from tests.helpers.config import ROOT, make_cfg
+from tests.helpers.resume import EXACT, losses, rows, stop_by_sigterm
 from training.checkpoint import load_checkpoint
 from training.optim import build_optimizer, build_scheduler
 from training.precision import AUTO, autocast, resolve_precision

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 import train as train_module
 from runlog.tasks import TASKS
 from scripts.predict import main as predict_main
-from tests.conftest import ROOT, make_cfg, model_config
+from tests.helpers.config import ROOT, make_cfg, model_config
 from training.devices import device_choices, parse_device
 from training.evaluate import DecodeConfig
 from training.predict import describe, load_model, predict

@@ -19,7 +19,7 @@ from model.transformer import EncoderDecoder
 from reporting.page import build_report
 from reporting.probe import default_placements
 from scripts import probe as probe_script
-from tests.conftest import make_cfg, model_config
+from tests.helpers.config import make_cfg, model_config
 from training.devices import device_choices
 from training.evaluate import evaluate_loss
 from training.probes import (

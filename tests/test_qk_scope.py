@@ -10,8 +10,8 @@ from model.attention import KVCache, MultiHeadAttention
 from model.config import ModelConfig, NormConfig
 from model.norms import RMSNorm
 from model.transformer import EncoderDecoder
-from tests.test_attention_norms import randomize_norms
-from tests.test_telemetry_attention import by_logits
+from tests.helpers.model import randomize_norms
+from tests.helpers.telemetry import by_logits
 
 B, T, S, D, H = 2, 5, 7, 16, 2
 K = D // H
@@ -87,7 +87,7 @@ def test_a_bad_scope_or_l2_over_the_full_width_is_one_line_and_a_block_can_set_t
 
 
 def test_activation_telemetry_reads_full_width_q_and_k_norm_outputs_over_real_tokens():
-    from tests.test_telemetry import batch, make, record
+    from tests.helpers.telemetry import batch, make, record
 
     model = make(qk="rmsnorm", v="rmsnorm", qk_scope="full")
     src, tgt_in, tgt_out = batch()

@@ -8,7 +8,7 @@ import pytest
 from analysis.load import ReportError, load_runs
 from reporting.batch_vs_layer import write_csvs
 from scripts import report_batch_vs_layer as bvl
-from tests.test_report import config, finished, write_run
+from tests.helpers.runs import config, finished, write_run
 
 # (arm, max_tokens) -> test PER of seeds 0, 1, 2
 PER = {

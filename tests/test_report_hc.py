@@ -13,7 +13,7 @@ from analysis.load import load_runs
 from analysis.variants import group_variants
 from reporting import page as report_page
 from runlog.metric_names import hc_gain
-from tests.test_report import TELEMETRY_STEPS, config, finished, metric_rows, write_run
+from tests.helpers.runs import TELEMETRY_STEPS, config, finished, metric_rows, write_run
 
 
 def gain(seed: int, step: int, stack: str, stat: str) -> float:

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 import train as train_module
 from analysis.regime import saturation_at
 from scripts import report_regime
-from tests.conftest import make_cfg
+from tests.helpers.config import make_cfg
 
 # preset -> fraction -> seed -> final val/loss; pre_dyt's saturation at step 100: 0.4 and 0.6 at its two sites
 LOSSES = {

@@ -23,7 +23,7 @@ from runlog.metric_names import (
     output_logits,
     weight_spectrum,
 )
-from tests.test_report import (
+from tests.helpers.runs import (
     N_DEC,
     N_ENC,
     TELEMETRY_STEPS,

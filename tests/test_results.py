@@ -28,11 +28,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import compose_conf
+from tests.helpers.config import compose_conf
+from tests.helpers.results import DOCS, PAGE, sections
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
-PAGE = (DOCS / "results.md").read_text(encoding="utf-8")
 TABLE = r"\n+((?:\|.*\|\n)+)"
 CSV_MARKER = re.compile(r"<!-- csv: (\S+) key=(\S+) -->" + TABLE)
 CONF_MARKER = re.compile(r"<!-- conf: (\+experiment=\w+) -->" + TABLE)
@@ -62,11 +61,6 @@ def csv_tables(text: str = PAGE) -> list[tuple[str, list[str], list[list[str]]]]
 def conf_tables(text: str = PAGE) -> list[tuple[str, list[list[str]]]]:
     """(``+experiment=NAME``, table rows) of every ``conf:`` table of ``text``."""
     return [(experiment, split_rows(body)) for experiment, body in CONF_MARKER.findall(text)]
-
-
-def sections() -> list[str]:
-    """The page cut before each ``## `` heading: the summary above the first, then one text per section."""
-    return re.split(r"\n(?=## )", PAGE)
 
 
 def csv_values(path: str, keys: list[str], rows: list[list[str]]) -> list[float]:

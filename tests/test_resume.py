@@ -2,7 +2,6 @@
 corrupt checkpoints, re-running a run dir, and the learning-rate schedule replayed from (config, step)."""
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -12,41 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import DictConfig
 
 import train as train_module
 from telemetry.parameters import POWER_ITERS_FIRST
-from tests.conftest import ROOT, make_cfg, scheduled_lrs
-from tests.test_telemetry_parameters import torch_sigma
+from tests.helpers.config import ROOT, make_cfg, scheduled_lrs
+from tests.helpers.resume import EXACT, losses, rows, stop_by_sigterm
+from tests.helpers.telemetry import torch_sigma
 from training.checkpoint import load_checkpoint, load_latest_good
-
-# Dropout on and a per-step log, so RNG state and data order both show in every logged loss.
-EXACT = ["trainer.max_steps=12", "trainer.log_every=1", "model.dropout=0.1", "telemetry.every=4"]
-
-
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def losses(run_dir: Path) -> dict[int, tuple[float, float]]:
-    return {r["step"]: (r["train/loss"], r["optim/lr"]) for r in rows(run_dir) if "train/loss" in r}
-
-
-def stop_by_sigterm(monkeypatch: pytest.MonkeyPatch, cfg: DictConfig, run_dir: Path, step: int) -> None:
-    """Train ``cfg`` in ``run_dir`` with a SIGTERM landing in the middle of step ``step``, as a cluster
-    would send it: the run checkpoints that step and raises RunInterrupted (checked here)."""
-    real_step, calls = train_module.train_step, {"n": 0}
-
-    def sigterm_in_step(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == step:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real_step(*args, **kwargs)
-
-    monkeypatch.setattr(train_module, "train_step", sigterm_in_step)
-    with pytest.raises(train_module.RunInterrupted, match=f"stopped by SIGTERM after step {step};"):
-        train_module.train(cfg, run_dir)
-    monkeypatch.setattr(train_module, "train_step", real_step)
 
 
 def test_a_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_path, monkeypatch):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import train as train_module
-from tests.conftest import ROOT, make_cfg
-from tests.test_resume import stop_by_sigterm
+from tests.helpers.config import ROOT, make_cfg
+from tests.helpers.resume import stop_by_sigterm
 from training.checkpoint import load_checkpoint
 from training.schema import validate
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import train as train_module
-from tests.conftest import ROOT, TINY, make_cfg
-from tests.slurm_cluster import LAUNCHER, finish, hold_until_signalled, job_pid, start_sweep, wait_for
-from tests.test_resume import EXACT, losses
+from tests.helpers.config import ROOT, TINY, make_cfg
+from tests.helpers.resume import EXACT, losses
+from tests.helpers.slurm_cluster import LAUNCHER, finish, hold_until_signalled, job_pid, start_sweep, wait_for
 from training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slurm

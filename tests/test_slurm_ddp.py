@@ -9,9 +9,8 @@ import uuid
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.test_distributed import DEFAULTS, ENV, assert_trains_as_one_process
-from tests.test_multinode import free_port
+from tests.helpers.config import ROOT
+from tests.helpers.distributed import DEFAULTS, ENV, assert_trains_as_one_process, free_port
 
 pytestmark = pytest.mark.slurm
 

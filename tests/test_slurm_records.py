@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from runlog.status import write_status
-from tests.conftest import ROOT, TINY, compose_conf
+from tests.helpers.config import ROOT, TINY, compose_conf
 from training import slurm
 from training.interrupt import StopRequest
 from training.sweep import summarize

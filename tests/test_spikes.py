@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import train as train_module
-from tests.conftest import make_cfg
+from tests.helpers.config import make_cfg
 from training.checkpoint import load_checkpoint
 from training.spikes import SpikeScore
 from training.step import StepResult

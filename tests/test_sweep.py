@@ -14,8 +14,8 @@ import matplotlib.image
 import pytest
 
 from reporting import page as report_page
-from tests.conftest import ROOT
-from tests.test_report import figures
+from tests.helpers.config import ROOT
+from tests.helpers.runs import figures
 from training.checkpoint import load_checkpoint
 
 SMOKE = ["model=tiny", "trainer=smoke", "telemetry.every=5"]

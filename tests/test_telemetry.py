@@ -4,62 +4,18 @@ compiled; nothing recorded or left behind off a record step), the first non-fini
 table of what each group records. Helpers shared by the tests of each telemetry module live here."""
 
 import copy
-import re
-from contextlib import nullcontext
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from data.batching import Batch
-from model.config import ModelConfig, NormConfig
 from model.transformer import EncoderDecoder
-from runlog.metric_names import ACT_STAT_SITES, FAMILY_STATS, SITE_GROUPS, STATS, WEIGHT_SITES, depth_profile, parse
+from runlog.metric_names import SITE_GROUPS, depth_profile, parse
 from telemetry.config import TelemetryConfig
 from telemetry.core import first_nonfinite
 from telemetry.recorder import Telemetry
-from tests.test_telemetry_baselines import doc_table
-from training.optim import build_optimizer, build_scheduler
-from training.schema import ScheduleConfig
-from training.step import StepOptions, train_step
-
-FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True, attn_max_logit=True, logits=True)
-EVERY_SITE_STATS = tuple(s for s in STATS if s not in ACT_STAT_SITES)  # the stats every act site has
-
-
-def make(placement="pre", kind="layernorm", n=2, d=32, seed=0, dropout=0.0, **attention_norms) -> EncoderDecoder:
-    torch.manual_seed(seed)
-    norm = NormConfig(kind=kind, placement=placement, **attention_norms)
-    cfg = ModelConfig(src_vocab=30, tgt_vocab=40, d_model=d, n_heads=4, d_ff=2 * d, n_enc_layers=n, n_dec_layers=n,
-                      dropout=dropout, norm=norm)  # fmt: skip
-    return EncoderDecoder(cfg)
-
-
-def batch(seed=0, pad=True):
-    g = torch.Generator().manual_seed(seed)
-    src, tgt_in, tgt_out = (torch.randint(4, 30, (6, 9), generator=g) for _ in range(3))
-    if pad:  # right padding of different lengths
-        for row, n in enumerate([0, 2, 4, 1, 3, 5]):
-            if n:
-                src[row, -n:] = 0
-                tgt_in[row, -n:] = 0
-                tgt_out[row, -n:] = 0
-    return src, tgt_in, tgt_out
-
-
-def watch_backward(tele: Telemetry, model, src, tgt_in, tgt_out) -> None:
-    """One watched forward pass, its output logits and its backward pass, as a training step records them."""
-    with tele.watch(src.eq(0), tgt_out.eq(0)):
-        logits = model(src, tgt_in)
-    tele.logits.record(logits, tgt_out.eq(0))
-    F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
-    tele.parameters.record_grad_norms()
-
-
-def record(model, src, tgt_in, tgt_out, cfg=FULL) -> dict[str, float]:
-    tele = Telemetry(model, cfg)
-    watch_backward(tele, model, src, tgt_in, tgt_out)
-    return tele.collect()
+from tests.helpers.telemetry import FULL, batch, doc_pattern, doc_table, make, train_steps, watch_backward
 
 
 @pytest.mark.parametrize("placement", ["post", "pre", "sandwich", "deepnorm"])
@@ -71,25 +27,6 @@ def test_outputs_are_bit_identical_with_telemetry_on_and_off(placement):
         watched = model(src, tgt_in)
     assert torch.equal(plain, watched)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # nothing left behind
-
-
-def train_steps(model: EncoderDecoder, every: int, steps: int = 4) -> tuple[list[float], list[dict], list, torch.Tensor]:
-    """``steps`` training steps from seed 0 as train.py runs them (``train_step``), telemetry
-    recording when due; returns the losses, the statistics per step, the weights, the RNG state."""
-    torch.manual_seed(0)
-    src, tgt_in, tgt_out = batch()
-    b = Batch(src, tgt_in, tgt_out, list(range(len(src))), int(tgt_out.ne(0).sum()))
-    opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 1e-3, ScheduleConfig(0, "constant"), steps)
-    tele = Telemetry(model, TelemetryConfig(every=every, attn_entropy=True, attn_max_logit=True, logits=True))
-    losses, stats = [], []
-    for step in range(1, steps + 1):
-        options = StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0, autocast=nullcontext(),
-                              step_tokens=b.n_tgt_tokens, record=tele.due(step, steps))  # fmt: skip
-        loss = train_step(model, [b], opt, sched, tele, options).loss
-        losses.append(loss.item())
-        stats.append(tele.collect())
-    return losses, stats, [p.detach().clone() for p in model.parameters()], torch.get_rng_state()
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
@@ -185,14 +122,6 @@ def test_depth_profile_orders_encoder_then_decoder():
         "grad/enc.0/norm": 5.0,
     }
     assert depth_profile(stats) == {"out": [(0, 1.0), (1, 2.0), (2, 3.0)]}
-
-
-def doc_pattern(pattern: str) -> re.Pattern:
-    """A name pattern of the docs table (``act/{s}.{i}.in/{stat}``) as a regex."""
-    fields = {"s": "enc|dec", "i": r"\d+", "r": "self_attn|cross_attn|ffn", "slot": "norm_in|norm_branch|norm_out",
-              "a": "self_attn|cross_attn", "h": "q_norm|k_norm|v_norm", "m": "|".join(map(re.escape, WEIGHT_SITES)),
-              "stat": "|".join(stat for stats in FAMILY_STATS.values() for stat in stats)}  # fmt: skip
-    return re.compile(re.sub(r"\\{(\w+)\\}", lambda m: f"({fields[m.group(1)]})", re.escape(pattern.strip("`"))))
 
 
 def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]:

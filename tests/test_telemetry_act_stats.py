@@ -11,8 +11,7 @@ from model.transformer import EncoderDecoder
 from runlog.metric_names import ACT_STAT_SITES, parse
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.test_telemetry import batch, record
-from tests.test_telemetry_activations import qkv_model_and_batch
+from tests.helpers.telemetry import batch, qkv_model_and_batch, record
 
 GARBAGE = 1e4  # written at padding positions, which must not count
 

@@ -10,8 +10,16 @@ import torch.nn.functional as F
 
 from runlog.metric_names import ATTENTION_NORM_SITES, BLOCK_SITES, STACK_SITES, parse
 from telemetry.config import TelemetryConfig
-from tests.test_telemetry import EVERY_SITE_STATS, batch, doc_pattern, make, record
-from tests.test_telemetry_baselines import doc_table
+from tests.helpers.telemetry import (
+    EVERY_SITE_STATS,
+    batch,
+    doc_pattern,
+    doc_table,
+    make,
+    mean_over_seeds,
+    qkv_model_and_batch,
+    record,
+)
 
 
 def test_hook_statistics_equal_hand_computation():
@@ -66,25 +74,6 @@ def pooled_stats(x: torch.Tensor, pad: torch.Tensor) -> dict[str, float]:
     real = x.transpose(1, 2)[~pad].double()  # (N, H, K)
     rms, maxabs = real.pow(2).mean().sqrt().item(), real.abs().max().item()
     return {"rms": rms, "mean": real.mean().item(), "maxabs": maxabs, "crest": maxabs / rms}
-
-
-def qkv_model_and_batch():
-    """A pre-LN model with RMSNorm on q and k and LayerNorm on v (weights moved off their init), and
-    a batch whose source and target are padded differently, so a statistic over the wrong side's
-    padding comes out different."""
-    model = make(qk="rmsnorm", v="layernorm").eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if any(f"{site}." in name for site in ATTENTION_NORM_SITES):
-                p.add_(0.3 * torch.randn_like(p))
-    src, tgt_in, tgt_out = batch(pad=False)
-    for row, (n_src, n_tgt) in enumerate([(0, 5), (2, 0), (4, 1), (1, 3), (3, 2), (5, 4)]):
-        if n_src:
-            src[row, -n_src:] = 0
-        if n_tgt:
-            tgt_in[row, -n_tgt:] = 0
-            tgt_out[row, -n_tgt:] = 0
-    return model, src, tgt_in, tgt_out
 
 
 def test_attention_norm_sites_equal_hand_computation_over_each_sides_real_positions():
@@ -241,16 +230,6 @@ def test_pre_norm_site_is_recorded_exactly_where_norm_out_is_filled(placement):
     out_only = record(model, *batch(), cfg=TelemetryConfig(every=1, sites=("out",), stats=("rms",)))
     assert {k for k in out_only if "norm_out.in" in k} == {f"act/{r}.norm_out.in/rms" for r in seen}  # group out
     assert not any("norm_out.in" in k for k in record(model, *batch(), cfg=TelemetryConfig(every=1, sites=("norm",))))
-
-
-def mean_over_seeds(placement: str, key: str, n: int = 6) -> list[float]:
-    """``key`` formatted with {s}.{i} for each block of a 6+6 model at init, averaged over seeds."""
-    runs = []
-    for seed in range(3):
-        model = make(placement, n=n, d=64, seed=seed)
-        cfg = TelemetryConfig(every=1, sites=("out",), stats=("rms",))
-        runs.append(record(model, *batch(seed, pad=True), cfg=cfg))
-    return [sum(r[key.format(i=i)] for r in runs) / len(runs) for i in range(n)]
 
 
 def test_xiong_lemma2_pre_ln_stream_grows_with_depth_post_ln_stays_flat():

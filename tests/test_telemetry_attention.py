@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from model.attention import KVCache
-from tests.test_telemetry import batch, make, record
+from tests.helpers.telemetry import batch, by_logits, make, record
 
 
 def test_attention_entropy_of_uniform_attention_is_log_of_key_count():
@@ -23,24 +23,6 @@ def test_attention_entropy_of_uniform_attention_is_log_of_key_count():
     assert stats["attn/dec.1.cross_attn/entropy"] == pytest.approx(math.log(9), rel=1e-5)
     # Causal: query t attends uniformly over t + 1 keys.
     assert stats["attn/dec.0.self_attn/entropy"] == pytest.approx(sum(math.log(t + 1) for t in range(9)) / 9, rel=1e-5)
-
-
-def by_logits(attn, x: torch.Tensor, memory=None, key_pad_mask=None, cache=None) -> torch.Tensor:
-    """``attn``'s output computed from ``attn.logits`` (softmax, values, output projection) instead of SDPA,
-    with q, k and v read from the taps and the value norm of one forward pass."""
-    seen = {}
-    hooks = [
-        attn.q_tap.register_forward_hook(lambda m, a, out: seen.__setitem__("q", out)),
-        attn.k_tap.register_forward_hook(lambda m, a, out: seen.__setitem__("k", out)),
-        attn.v_norm.register_forward_hook(lambda m, a, out: seen.__setitem__("v", out)),
-    ]
-    attn(x, memory, key_pad_mask, cache)
-    for h in hooks:
-        h.remove()
-    v = seen["v"] if cache is None or memory is not None else cache.v  # a self-attention cache: every value
-    y = torch.softmax(attn.logits(seen["q"], seen["k"], key_pad_mask), dim=-1) @ v  # (B, H, T, K)
-    B, H, T, K = y.shape
-    return attn.out_proj(y.transpose(1, 2).reshape(B, T, H * K))
 
 
 @pytest.mark.parametrize("qk", ["none", "l2"])

@@ -4,7 +4,6 @@ measured through the real hooks (Telemetry.watch, the parameters' record_grad_no
 import math
 import re
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,22 +12,10 @@ from model.config import ModelConfig, NormConfig
 from model.transformer import EncoderDecoder
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
+from tests.helpers.telemetry import doc_table
 from training.optim import build_optimizer
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "telemetry.md"
 GAMMA = 0.5772156649015329  # Euler-Mascheroni constant: the mean of a standard Gumbel variable
-
-
-def doc_table(first_header: str) -> list[list[str]]:
-    """The cells of the docs table whose header row starts with ``first_header``."""
-    lines = DOC.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip("|").split("|")])
-    return rows
 
 
 def max_abs_moments(n: int, h: float = 1e-3, upper: float = 10.0) -> tuple[float, float]:

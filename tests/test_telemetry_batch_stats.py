@@ -16,8 +16,8 @@ from model.transformer import EncoderDecoder
 from runlog.metric_names import parse
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.conftest import make_cfg, model_config
-from tests.test_telemetry import batch, make, record, train_steps
+from tests.helpers.config import make_cfg, model_config
+from tests.helpers.telemetry import batch, make, record, train_steps
 
 ONLY_BSTAT = TelemetryConfig(every=1, sites=(), stats=("rms",), grads=False, weights=False, scales=False,
                              attn_max_logit=False, logits=False, adam=False)  # fmt: skip

@@ -10,7 +10,7 @@ import torch
 from data.batching import Batch
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.test_telemetry import batch, make
+from tests.helpers.telemetry import batch, make
 from training.step import StepOptions, train_step
 
 LOGITS = TelemetryConfig(every=1, sites=(), grads=False, logits=True)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from runlog.metric_names import adam_below_eps, adam_rms, parse
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.test_telemetry import FULL, batch, make
+from tests.helpers.telemetry import FULL, batch, make
 from training.optim import build_optimizer
 
 BETA2 = 0.98

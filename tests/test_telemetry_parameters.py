@@ -7,17 +7,14 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch.nn.utils.parametrizations import spectral_norm
 
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
 from runlog.metric_names import MATRIX_ROLES, WEIGHT_SITES, matrix_site, parse
 from telemetry.config import TelemetryConfig
-from telemetry.parameters import POWER_ITERS, POWER_ITERS_FIRST, POWER_SEED
+from telemetry.parameters import POWER_ITERS, POWER_ITERS_FIRST
 from telemetry.recorder import Telemetry
-from tests.test_telemetry import make
-from tests.test_telemetry_activations import mean_over_seeds
+from tests.helpers.telemetry import make, mean_over_seeds, torch_sigma
 
 WEIGHTS = TelemetryConfig(every=1, grads=False, scales=False)
 SCALES = TelemetryConfig(every=1, grads=False, weights=False)
@@ -55,18 +52,6 @@ def test_every_block_matrix_is_named_by_its_role():
     assert stats["weight/dec.1.cross_attn.v/sigma_max"] > 0
     with pytest.raises(ValueError, match="unknown metric \\(residual, role\\) \\('ffn', 'attn.q'\\)"):
         matrix_site("ffn", "attn.q")
-
-
-def torch_sigma(w: torch.Tensor, iters: int) -> float:
-    """sigma_max of ``w`` after ``iters`` power iterations from telemetry's first vector, by
-    ``torch.nn.utils.parametrizations.spectral_norm``: its forward (training mode) runs
-    n_power_iterations from its buffer ``_v`` and divides W by sigma = u^T W v."""
-    linear = torch.nn.Linear(w.shape[1], w.shape[0])
-    linear.weight.data.copy_(w)
-    spectral_norm(linear, n_power_iterations=iters)
-    v0 = F.normalize(torch.randn(w.shape[1], generator=torch.Generator().manual_seed(POWER_SEED)), dim=0)
-    linear.parametrizations.weight[0]._v.copy_(v0)
-    return (w[0, 0] / linear.weight[0, 0]).item()
 
 
 def close_top_pair(seed: int) -> torch.Tensor:

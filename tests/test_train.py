@@ -17,7 +17,7 @@ import train as train_module
 import training.run
 import training.step
 from model.transformer import EncoderDecoder
-from tests.conftest import ROOT, make_cfg, model_config
+from tests.helpers.config import ROOT, make_cfg, model_config
 from training.checkpoint import load_checkpoint
 from training.evaluate import evaluate_loss
 from training.schema import validate

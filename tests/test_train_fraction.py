@@ -5,7 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from data.cmudict_g2p import train_subset
-from tests.conftest import make_cfg
+from tests.helpers.config import make_cfg
 from training import tasks
 from training.schema import validate
 

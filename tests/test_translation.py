@@ -13,7 +13,7 @@ from data.bpe import cached_bpe, train_bpe
 from data.metrics import bleu_chrf
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, detokenize
 from data.translation import TranslationDataConfig, load_pairs
-from tests.conftest import ROOT, make_cfg
+from tests.helpers.config import ROOT, make_cfg
 from training.checkpoint import load_checkpoint
 
 # A toy German-English corpus: numbers and colours in short sentences. No umlaut anywhere.

@@ -25,7 +25,7 @@ from model.placements import (
     tfixup_scale,
 )
 from model.transformer import EncoderDecoder
-from tests.conftest import fit_losses, make_cfg, model_config
+from tests.helpers.config import fit_losses, make_cfg, model_config
 from training.schema import validate
 
 D = 16

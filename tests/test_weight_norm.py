@@ -16,8 +16,8 @@ from model.weight_norm import weight_norm_gains
 from runlog.renames import with_current_names
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.conftest import make_cfg, model_config
-from tests.test_resume import EXACT, losses, stop_by_sigterm
+from tests.helpers.config import make_cfg, model_config
+from tests.helpers.resume import EXACT, losses, stop_by_sigterm
 from training.checkpoint import load_checkpoint, model_from
 from training.optim import build_optimizer
 

@@ -15,8 +15,8 @@ from data.batching import Batch
 from data.tokenizer import PAD_ID
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.conftest import make_cfg
-from tests.test_telemetry import batch, make
+from tests.helpers.config import make_cfg
+from tests.helpers.telemetry import batch, make
 from training.optim import build_optimizer, build_scheduler
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step

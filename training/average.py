@@ -64,11 +64,11 @@ def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torc
     out = {}
     for key in keys:
         first = states[0][key]
-        if first.is_floating_point():
-            total = sum(s[key].to(torch.float64) for s in states)
-            out[key] = (total / len(states)).to(first.dtype)
-        else:
-            out[key] = sum(s[key] for s in states) // len(states)
+        wide = torch.float64 if first.is_floating_point() else first.dtype
+        total = first.to(wide)  # summed in the states' order
+        for s in states[1:]:
+            total = total + s[key].to(wide)
+        out[key] = (total / len(states)).to(first.dtype) if first.is_floating_point() else total // len(states)
     return out
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.config import ROOT
 
 SCRIPT = ROOT / "scripts" / "slurm_local.sh"
 # The local cluster's partition; no GPU, one CPU and 1 GB a job (the cluster lets 4 jobs share a CPU).
