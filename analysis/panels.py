@@ -7,7 +7,7 @@ Nothing here draws. Each variant gets a mean curve drawn only where every run ha
 """
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from analysis.stats import Values, mean_at, mean_band
@@ -30,8 +30,8 @@ class Line:
     name: str
     variant: str
     role: str
-    x: list[float]
-    y: list[float | None]
+    x: Sequence[float]
+    y: Sequence[float | None]
     lo: list[float | None] | None = None
     hi: list[float | None] | None = None
     dash: str = "solid"

@@ -106,7 +106,7 @@ def page_blocks(text: str) -> dict[str, str]:
 def _row(v: Verdict) -> list[str]:
     c = v.claim
     plain = "—" if v.plain is None else _interval(v.plain)
-    corrected = "—" if v.corrected is None else f"{_interval(v.corrected)} at {100 * (1 - v.level):.4g} %"
+    corrected = "—" if v.corrected is None or v.level is None else f"{_interval(v.corrected)} at {100 * (1 - v.level):.4g} %"
     mean = "—" if v.mean is None else _number(v.mean)
     return [f"`{c.id}`", c.claim, c.source, "—" if c.metric is None else f"`{c.metric}`", _contrast_text(c),
             str(v.n), mean, plain, corrected, str(v.m), v.word]  # fmt: skip

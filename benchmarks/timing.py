@@ -4,8 +4,9 @@ and the ratio tables' CSV."""
 import csv
 import statistics
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -13,17 +14,19 @@ import torch
 # OMP_NUM_THREADS=1 that is the wall time less the time other processes held the core.
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
+K = TypeVar("K", bound=Hashable)  # what names a timed variant
+
 
 def time_samples(
-    fns: dict[Hashable, Callable[[], None]], rounds: int, inner: int, warmup: int = 3, clock: str = "wall"
-) -> dict[Hashable, list[float]]:
+    fns: Mapping[K, Callable[[], None]], rounds: int, inner: int, warmup: int = 3, clock: str = "wall"
+) -> dict[K, list[float]]:
     """Seconds per call of each fn in each of ``rounds`` rounds (the mean of ``inner`` calls), the fns
     alternating within a round, after ``warmup`` calls of each (and compilation)."""
     now = CLOCKS[clock]
     for fn in fns.values():
         for _ in range(warmup):
             fn()
-    samples: dict[Hashable, list[float]] = {k: [] for k in fns}
+    samples: dict[K, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             t = now()

@@ -6,6 +6,7 @@ import html
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from analysis.csvs import write_csv
 from analysis.depth import STEP_KINDS
@@ -303,7 +304,7 @@ def _cell_text(text: str) -> str:
     return html.escape(shown_label(text)).replace(",", ",<wbr>")
 
 
-def table_html(columns: list[Column], items: list, row_attr: str, row_class: Callable[[object], str], hide: bool = False) -> str:
+def table_html(columns: list[Column], items: list, row_attr: str, row_class: Callable[[Any], str], hide: bool = False) -> str:
     """An HTML table, one row per item; each row carries ``data-<row_attr>`` (its first column) and each
     cell ``data-col`` and ``data-value`` (the unformatted value), so tests and scripts can read it back. With ``hide``,
     columns after the first with nothing to read (:func:`_hidden`) are left out, named in a note above the table."""

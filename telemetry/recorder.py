@@ -23,7 +23,7 @@ so that the training pass stays compiled (:meth:`Telemetry.around_forward`; docs
 """
 
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Protocol
 
 import torch
@@ -111,7 +111,7 @@ class Telemetry:
         if not record:
             yield
             return
-        watching = self.watch(batch.src_pad_mask, batch.tgt_pad_mask)
+        watching: AbstractContextManager[None] = self.watch(batch.src_pad_mask, batch.tgt_pad_mask)
         if self._compiled():
             device = batch.src.device  # fork_rng restores the CPU generator, and those of the devices listed
             forked = torch.random.fork_rng([] if device.type == "cpu" else [device], device_type=device.type)

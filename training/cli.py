@@ -43,7 +43,8 @@ def hydra_error_line(error: Exception) -> str:
     if "Config search path:" in lines:
         lines = lines[: lines.index("Config search path:")]
     lines = [line for line in lines if not line.startswith(("full_key:", "object_type=", "Set the environment variable"))]
-    head, options = [], []
+    head: list[str] = []
+    options: list[str] = []
     for line in lines:  # "Available options in 'norm':" then one option a line
         (options if head and head[-1].startswith("Available options") and not line.endswith(":") else head).append(line)
     text = "; ".join(line.rstrip(".") for line in head)

@@ -11,6 +11,7 @@ start (``training/sweep.py``). A run that diverges stops too: :class:`NonFiniteL
 import signal
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from runlog.atomic import atomic_write
 from training.slurm import requeue_signal
@@ -61,8 +62,8 @@ class StopRequest:
         self._signum = 0  # 0 until a signal arrives
         self._at_once = at_once
         self._sweep_stop = sweep_stop
-        self._previous = {}
-        self._mask = set()
+        self._previous: dict[int, Any] = {}  # signal number -> the handler it had before
+        self._mask: set[int] = set()
         self._signals = (*self.SIGNALS, *([sig] if (sig := requeue_signal()) else []))
 
     @property
