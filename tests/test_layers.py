@@ -97,3 +97,14 @@ def test_the_architecture_page_states_these_floors():
     for name, allowed in re.findall(r"^\| `(\w+)` \| (.*) \|$", table, re.M):
         stated[name] = set() if allowed.startswith("(") else set(allowed.split(", "))
     assert stated == MAY_IMPORT
+
+
+def test_no_test_file_imports_another_test_file_or_conftest():
+    # What several test files share lives in tests/helpers/; a test file imported by another runs its module-level set-up
+    # twice and ties the two files' fixtures together.
+    bad = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for imported in imports(path):
+            if imported.startswith(("tests.test_", "tests.conftest", "test_", "conftest")):
+                bad.append(f"{path.name} imports {imported}")
+    assert bad == []
