@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = ROOT / "tests" / "expected" / "tiny_full.jsonl"
 TINY_FULL = ["model=tiny", "trainer=smoke", "logger=none", "telemetry=full", "seed=0"]
 TIMING = ("perf/", "mem/")  # wall-clock and allocator readings: differ from run to run

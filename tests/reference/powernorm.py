@@ -30,7 +30,7 @@ from model.powernorm import PowerNorm
 
 MIRROR = Path("/work/.mirror/sIncerass+powernorm/repo")
 OFFICIAL_PATH = "fairseq/modules/norms/mask_powernorm.py"
-OUT = Path(__file__).resolve().parents[1] / "tests" / "expected" / "powernorm_official.pt"
+OUT = Path(__file__).resolve().parents[2] / "tests" / "expected" / "powernorm_official.pt"
 
 # name -> (dtype, constructor overrides, B, L, D, real lengths per row for each training iteration).
 # Lengths L mean no padding: that iteration passes pad_mask=None to the official module, keep all True here.
