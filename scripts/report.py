@@ -52,7 +52,7 @@ Runs whose configs differ only in the seed form a variant (see ``analysis/varian
 crashed or half-written runs are listed and marked, never fatal; an unknown ``--baseline`` is an error
 (``report: error: ...`` listing the valid labels, exit status 1). Reading, grouping, statistics and the
 charts' data live in the ``analysis`` package; ``reporting/figures.py`` draws the charts,
-``reporting/tables.py`` the tables and their CSVs, this script the page.
+``reporting/tables.py`` the tables and their CSVs, ``reporting/page.py`` the page; this script reads the command line.
 """
 
 import argparse
