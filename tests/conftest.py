@@ -1,5 +1,5 @@
-"""Shared fixtures: Hydra configs composed from conf/ with test-sized overrides, the model config one
-describes; a schedule's learning rates."""
+"""pytest's hooks and fixtures: torch threads per xdist worker, a config factory, the local SLURM cluster. The
+builders test files share are in ``tests/helpers/``."""
 
 import os
 

@@ -64,11 +64,7 @@ def test_a_script_run_as_a_file_from_another_directory_runs_as_the_module_does(t
         as_module = subprocess.run([sys.executable, "-m", f"scripts.{script}", "--help"], cwd=ROOT,
                                    capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
         assert as_file.returncode == 0, as_file.stderr[-2000:]
-        assert (
-            as_file.stdout.replace(f"{script}.py", "X")
-            == as_module.stdout.replace(f"{script}.py", "X").replace(f"python -m scripts.{script}", "X")
-            or as_file.stdout.split("\n", 1)[1] == as_module.stdout.split("\n", 1)[1]
-        )
+        assert as_file.stdout == as_module.stdout != ""
 
 
 def test_no_script_or_analysis_module_edits_sys_path():

@@ -15,8 +15,6 @@ from tests.helpers.resume import losses
 from training.checkpoint import load_checkpoint
 
 DEFAULTS = ["model=tiny", "trainer=smoke", "logger=none"]  # every cadence as the presets set it
-
-
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 

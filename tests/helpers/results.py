@@ -4,6 +4,9 @@ import re
 
 from tests.helpers.config import ROOT, compose_conf
 
+DOCS = ROOT / "docs"
+PAGE = (DOCS / "results.md").read_text(encoding="utf-8")
+
 
 def sections() -> list[str]:
     """The page cut before each ``## `` heading: the summary above the first, then one text per section."""
@@ -14,9 +17,3 @@ def sweep_params(experiment: str) -> dict[str, list[str]]:
     """The swept keys of ``+experiment=<experiment>`` and their values."""
     params = compose_conf(f"+experiment={experiment}", hydra=True).hydra.sweeper.params
     return {key: str(value).split(",") for key, value in params.items()}
-
-
-DOCS = ROOT / "docs"
-
-
-PAGE = (DOCS / "results.md").read_text(encoding="utf-8")

@@ -12,18 +12,14 @@ import pytest
 from omegaconf import OmegaConf
 
 TELEMETRY_STEPS = [1, 50, 100]
-
-
 N_ENC, N_DEC = 2, 2
-
-
 VARIANT_A = "norm.placement=pre norm.kind=layernorm optim.lr=0.002"
-
-
 VARIANT_B = "norm.placement=post norm.kind=rmsnorm optim.lr=0.002"
-
-
 VARIANT_LR = "norm.placement=pre norm.kind=layernorm optim.lr=1"  # config.yaml lr 1.0: labelled as its int
+# status.json's error for a diverged run, worded as train.py's NonFiniteLossError
+DIVERGED_ERROR = "NonFiniteLossError: non-finite training loss at step {}; last finite checkpoint: none written yet"
+STEPS = list(range(10, 101, 10))  # logging steps
+EVAL_STEPS = [50, 100]
 
 
 def config(placement: str, kind: str, seed: int, lr: float = 2e-3, **extra: object) -> dict:
@@ -85,10 +81,6 @@ def write_run(path: Path, cfg: dict, rows: list[dict] | None, status: dict | Non
     return path
 
 
-# status.json's error for a diverged run, worded as train.py's NonFiniteLossError
-DIVERGED_ERROR = "NonFiniteLossError: non-finite training loss at step {}; last finite checkpoint: none written yet"
-
-
 def finished(test_per: float, wall_s: float = 125.0) -> dict:
     return {"state": "finished", "step": 100, "max_steps": 100, "wall_s": wall_s, "tokens_per_s": 2000.0, "error": None,
             "spike_score_loss": test_per / 10, "spike_score_grad_norm": test_per / 20,
@@ -137,12 +129,6 @@ def draw_in_chromium(page: Path, profile: Path, charts: int = 5) -> str:
     assert "Uncaught" not in done.stderr, [line for line in done.stderr.splitlines() if "Uncaught" in line]
     assert f'data-plots-expected="{charts}"' in body_tag and f'data-plots-drawn="{charts}"' in body_tag, body_tag
     return done.stdout
-
-
-STEPS = list(range(10, 101, 10))  # logging steps
-
-
-EVAL_STEPS = [50, 100]
 
 
 def loss(offset: float, seed: int, step: int) -> float:

@@ -27,9 +27,8 @@ from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
 FULL = TelemetryConfig(every=1, updates=True, attn_entropy=True, attn_max_logit=True, logits=True)
-
-
 EVERY_SITE_STATS = tuple(s for s in STATS if s not in ACT_STAT_SITES)  # the stats every act site has
+DOC = Path(__file__).resolve().parents[2] / "docs" / "telemetry.md"
 
 
 def make(placement="pre", kind="layernorm", n=2, d=32, seed=0, dropout=0.0, **attention_norms) -> EncoderDecoder:
@@ -163,6 +162,3 @@ def watch_backward(tele: Telemetry, model, src, tgt_in, tgt_out) -> None:
     tele.logits.record(logits, tgt_out.eq(0))
     F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
     tele.parameters.record_grad_norms()
-
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "telemetry.md"
