@@ -37,7 +37,7 @@ from runlog.lock import RunDirBusy, run_dir_lock
 from runlog.status import DONE, read_status, write_status
 from training import distributed, slurm
 from training.checkpoint import LATEST, ResumeRefused, finished_run_changes
-from training.cli import check_args, resume_command
+from training.cli import check_args, register_resolvers, resume_command
 from training.flops import train_flops
 from training.interrupt import NonFiniteLossError, RunInterrupted, StopRequest, read_stop, request_stop
 from training.schema import RunConfig, validate
@@ -245,6 +245,7 @@ def requeue_or_say_why(e: RunInterrupted) -> None:
 if __name__ == "__main__":
     sys.argv = distributed.strip_local_rank(sys.argv)  # legacy launchers' --local-rank=N
     check_args(sys.argv[1:])  # mistakes whose Hydra error would not say what to write instead
+    register_resolvers()
     # A SLURM job (hydra/launcher=slurm) starts in the submitting dir and unpickles this repo's functions: it finds
     # them through PYTHONPATH, which sbatch passes on, wherever train.py was started from.
     paths = [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]

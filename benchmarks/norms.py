@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from benchmarks.timing import ratio, ratio_row, time_samples
 from data.batching import Batch
 from model.config import ModelConfig
-from model.kinds import NATIVE_KINDS
+from model.kinds import NATIVE_KINDS, NORM_KIND_RECORDS, kinds_where
 from model.norms import BatchReadingNorm, build_norm
 from model.transformer import EncoderDecoder
 from telemetry.config import TelemetryConfig
@@ -25,21 +25,14 @@ from training.step import StepOptions, train_step
 ROOT = Path(__file__).resolve().parents[1]
 NORM_PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
 
-# (kind, impl, bias) rows of the norm table; the first is the baseline, measured whatever --kinds says.
-NORM_VARIANTS = [
-    ("layernorm", "native", True),
-    ("layernorm", "custom", True),
-    ("layernorm", "native", False),
-    ("layernorm", "custom", False),
-    ("rmsnorm", "native", True),
-    ("rmsnorm", "custom", True),
-    ("scalenorm", "custom", True),
-    ("dyt", "custom", True),
-    ("dyisru", "custom", True),
-    ("batchnorm", "native", True),
-    ("batchnorm", "custom", True),
-]
-TOKEN_WISE = ["layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru"]  # --kinds' default: the norms that read one token
+# (kind, impl, bias) rows of the norm table, from the records (native before custom); the first is the baseline, measured
+# whatever --kinds says; LayerNorm without its shift too (the cost of the bias).
+NORM_VARIANTS = [("layernorm", "native", True), ("layernorm", "custom", True), ("layernorm", "native", False)]
+NORM_VARIANTS += [("layernorm", "custom", False)] + [
+    (k.name, impl, True) for k in NORM_KIND_RECORDS.values() if k.residual and k.name not in ("layernorm", "none")
+    for impl in reversed(k.impls)
+]  # fmt: skip
+TOKEN_WISE = [k for k in kinds_where(residual=True, reads_batch=False) if k != "none"]  # --kinds' default: one token read
 # Presets also stepped with impl=native (every norm of the model native): one per kind of NATIVE_KINDS, and post-LN.
 TWINS = ("pre_ln", "post_ln", "pre_rms", "pre_bn")
 

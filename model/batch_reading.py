@@ -1,8 +1,8 @@
 """The door for norms that read the batch: :class:`BatchReadingNorm`, the contract between the model and
 such a norm (BatchNorm, PowerNorm), and ``wide``, the float32 promotion every custom norm computes in.
 
-Its own module so that a batch-reading kind's module (``model.batchnorm``, ``model.powernorm``) and ``model.norms``, whose
-registry builds it, both import it without importing each other; ``model.norms`` re-exports
+Its own module so that a batch-reading kind's module (``model.batchnorm``, ``model.powernorm``) and ``model.norms``, which
+builds it, both import it without importing each other; ``model.norms`` re-exports
 ``BatchReadingNorm``.
 """
 

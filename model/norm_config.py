@@ -7,7 +7,7 @@ Hydra or torch (``training.schema`` builds these before torch loads). ``model.co
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from model.kinds import ATTENTION_NORM_KINDS, HC_KINDS, NORM_GAINS, NORM_SITES, QK_SCOPES, check_norm
+from model.kinds import ATTENTION_NORM_KINDS, HC_KINDS, NORM_GAINS, NORM_KIND_RECORDS, NORM_SITES, QK_SCOPES, check_norm
 from model.placements import PLACEMENTS, check_placement
 from runlog.metric_names import STACKS
 
@@ -25,7 +25,7 @@ class NormSpec:
         impl: ``custom`` or ``native`` (layernorm, rmsnorm and batchnorm only).
         placement: ``model.placements.PLACEMENTS``.
         eps: numerical-stability constant of the norm.
-        bias: layernorm, dyt, derf, dyisru and batchnorm learn a shift; ignored by kinds without one.
+        bias: learn the shift of the kinds that have one (their record's ``shift``); ignored by the others.
         qk: per-head norm on the queries and keys of every attention in the block, over d_head
             (``model.kinds.ATTENTION_NORM_KINDS``; ``l2`` adds a learned temperature); None: off.
             Uses this spec's impl, eps, bias.
@@ -48,14 +48,14 @@ class NormSpec:
             stream by 1 - SiLU(g) after each residual addition (on the skip where a norm closes the sublayer),
             leaving its gradient unscaled; with any placement.
 
-        alpha_init_attn, alpha_init_ffn, alpha_init_final: kinds ``dyt`` and ``derf`` (``model.kinds.ALPHA_KINDS``):
+        alpha_init_attn, alpha_init_ffn, alpha_init_final: the kinds whose record has ``alpha`` (``model.kinds.ALPHA_KINDS``):
             the initial alpha of a norm in an attention sublayer (self- or cross-, any slot), in the FFN sublayer,
             and of a stack's final norm (the official LLaMA DyT / GPT-2 Derf code's ``attn_``, ``ffn_`` and
             ``dec_alpha_init_value``), each > 0; 0.5 each (the kinds' own default) builds what normlab built before.
 
     Raises:
         ValueError: unknown kind, impl, placement or attention norm kind, or an impossible
-            combination (native scalenorm or l2, dyt, derf or dyisru after the residual addition,
+            combination (a kind without a native impl given ``native``, a bounded kind after the residual addition,
             HybridNorm without q/k/v norms, ``qk_scope: full`` with ``qk: l2``): the message lists the valid ones;
             an unknown gain or qk_scope; eps not a number
             > 0; mix_ln_alpha outside [0, 1]; powernorm_warmup not an integer >= 0, powernorm_groups not one >= 1;
@@ -128,9 +128,10 @@ class NormSpec:
             if site not in NORM_SITES:
                 raise ValueError(f"a residual-stream norm needs its site, got {site!r}; valid: {', '.join(NORM_SITES)}")
             alpha = getattr(self, f"alpha_init_{site}")
+        record = NORM_KIND_RECORDS[kind or self.kind]
+        knobs = {key: getattr(self, key) for key, _ in record.knobs}
         return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias, gain=self.gain,
-                          attention=kind is not None, powernorm_warmup=self.powernorm_warmup,
-                          powernorm_groups=self.powernorm_groups, alpha_init=alpha)  # fmt: skip
+                          attention=kind is not None, alpha_init=alpha, knobs=knobs)  # fmt: skip
 
 
 _SPEC_KEYS = tuple(f.name for f in fields(NormSpec))

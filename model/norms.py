@@ -1,10 +1,10 @@
-"""Normalization layers, written from their formulas, and a registry that builds them by name.
+"""Normalization layers, written from their formulas, and :func:`build_norm`, which builds a kind by name from its record.
 
 Shape legend: x is (..., D) where D = ``dim`` (d_model); every norm here normalizes over the last
 dimension only, so the statistics of one row never depend on another row of the batch. Norms that
 read the batch (statistics over the real tokens of all ranks) derive from :class:`BatchReadingNorm`
 (``model.batch_reading``, re-exported here), whose docstring is their contract with the model; they live
-in their own modules (``model.batchnorm``, ``model.powernorm``), the registry below builds them too.
+in their own modules (``model.batchnorm``, ``model.powernorm``); :func:`build_norm` builds them too.
 
 Custom norms compute their statistics in float32 (float64 inputs in float64) and cast the result
 back to the input dtype: squaring bf16/fp16 activations of a few hundred overflows or loses all
@@ -17,7 +17,10 @@ so a float64 model is exact to float64 (tests/test_preln_prerms.py relies on it)
 custom and native alike.
 """
 
-from collections.abc import Callable
+import importlib
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -26,16 +29,25 @@ from torch import nn
 # it is re-exported here, where the model and the docs name it.
 from model.batch_reading import BatchReadingNorm as BatchReadingNorm
 from model.batch_reading import wide as _wide
-from model.batchnorm import BatchNorm, NativeBatchNorm
 from model.gains import apply_unit_offset
-from model.kinds import ALPHA_KINDS, ATTENTION_ONLY_KINDS, NORM_GAINS, NORM_KINDS, check_norm
-from model.powernorm import PowerNorm
+from model.kinds import NORM_GAINS, NORM_KIND_RECORDS, NORM_KINDS, check_norm
 
 DYT_ALPHA_INIT = 0.5  # DyT's alpha_0: the official DynamicTanh's ``alpha_init_value`` default (jiachenzhu/DyT, dynamic_tanh.py)
 # Derf's alpha_0 and s_0: zlab-princeton/Derf's ``Dynamic_erf(alpha_init_value=0.5, shift_init_value=0.0)`` defaults, what
 # its ViT, DNA and speech code build with (its DiT/train.py: alpha 1.0 for the XL models, 0.5 otherwise; shift 0 always).
 DERF_ALPHA_INIT = 0.5
 DERF_SHIFT_INIT = 0.0
+
+
+@runtime_checkable
+class BoundedNorm(Protocol):
+    """The class of a bounded kind (``model.kinds.NormKind.bounded``): telemetry measures its saturation through
+    ``saturation_input`` (``telemetry.activations``)."""
+
+    def saturation_input(self, x: torch.Tensor, level: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, t): the bounded function of ``x`` (before weight and bias) is beyond ``level`` of its bound exactly
+        where |u| > t; ``x`` (..., D), u the same shape in float32, t broadcastable to it."""
+        ...
 
 
 class LayerNorm(nn.Module):
@@ -218,6 +230,11 @@ class DyT(nn.Module):
         y = torch.tanh(_wide(self.alpha) * _wide(x)) * _wide(self.weight)
         return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
 
+    def saturation_input(self, x: torch.Tensor, level: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, t): |tanh(alpha x)| > ``level`` exactly where |u| > t; u = x in float32, t = atanh(level) / |alpha|
+        (a threshold on |x| is cheaper than tanh). ``level`` in (0, 1)."""
+        return x.float(), math.atanh(level) / self.alpha.detach().float().abs()
+
 
 class Derf(nn.Module):
     """Dynamic erf (Chen et al. 2025, "Stronger Normalization-Free Transformers", arXiv 2512.10938, eq. 10):
@@ -243,6 +260,12 @@ class Derf(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.erf(_wide(self.alpha) * _wide(x) + _wide(self.shift)) * _wide(self.weight)
         return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
+
+    def saturation_input(self, x: torch.Tensor, level: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, t): |erf(alpha x + shift)| > ``level`` exactly where |u| > t; u = alpha x + shift in float32,
+        t = erfinv(level). ``level`` in (0, 1)."""
+        u = x.float() * self.alpha.detach().float() + self.shift.detach().float()
+        return u, torch.erfinv(torch.tensor(level, dtype=torch.float64)).float()
 
 
 class DyISRU(nn.Module):
@@ -272,6 +295,11 @@ class DyISRU(nn.Module):
         y = self.scale * xf * torch.rsqrt(_wide(self.beta) + xf.pow(2)) * _wide(self.weight)
         return (y if self.bias is None else y + _wide(self.bias)).to(x.dtype)
 
+    def saturation_input(self, x: torch.Tensor, level: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u, t): |x| / sqrt(beta + x^2) > ``level`` exactly where |u| > t; u = x in float32,
+        t = level sqrt(beta / (1 - level^2)) (beta > 0). ``level`` in (0, 1)."""
+        return x.float(), level * torch.sqrt(self.beta.detach().float() / (1 - level**2))
+
 
 class L2Norm(nn.Module):
     """L2 normalization ``y = x / max(||x||_2, eps)`` over the last dimension, no parameters (what
@@ -279,12 +307,12 @@ class L2Norm(nn.Module):
     "Query-Key Normalization for Transformers", Findings of EMNLP; official code CyndxAI/QKNorm,
     ``F.normalize`` then the learned scale ``ScaleUp``), the scale being
     ``model.attention.MultiHeadAttention``'s ``temperature``. Computed in float32 (float64 input: float64). An attention-site
-    kind only (``ATTENTION_ONLY_KINDS``).
+    kind only (its record: ``residual=False``).
 
     Shapes: input (..., D); output the same shape and dtype.
     """
 
-    def __init__(self, eps: float) -> None:
+    def __init__(self, dim: int, eps: float) -> None:  # dim: unused (no parameters); every kind's class takes it
         super().__init__()
         self.eps = eps
 
@@ -294,26 +322,10 @@ class L2Norm(nn.Module):
         return (xf / norm).to(x.dtype)
 
 
-# (kind, impl) -> factory(dim, eps, bias), one row per pair of ``model.kinds.NORM_PAIRS``. ``bias`` only
-# matters for kinds that have a shift (layernorm, annotated_ln, dyt, derf, dyisru, batchnorm, powernorm); the others have
-# none to drop. The ``ALPHA_KINDS`` (dyt, derf) take ``alpha_init=`` as well: build_norm passes it.
-_REGISTRY: dict[tuple[str, str], Callable[..., nn.Module]] = {
-    ("layernorm", "custom"): lambda dim, eps, bias: LayerNorm(dim, eps, bias),
-    ("layernorm", "native"): lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
-    ("annotated_ln", "custom"): lambda dim, eps, bias: AnnotatedLayerNorm(dim, eps, bias),
-    ("rmsnorm", "custom"): lambda dim, eps, bias: RMSNorm(dim, eps),
-    ("rmsnorm", "native"): lambda dim, eps, bias: nn.RMSNorm(dim, eps=eps),
-    ("scalenorm", "custom"): lambda dim, eps, bias: ScaleNorm(dim, eps),
-    ("seednorm", "custom"): lambda dim, eps, bias: SeeDNorm(dim, eps),
-    ("dyt", "custom"): lambda dim, eps, bias, alpha_init=DYT_ALPHA_INIT: DyT(dim, bias, alpha_init),
-    ("derf", "custom"): lambda dim, eps, bias, alpha_init=DERF_ALPHA_INIT: Derf(dim, bias, alpha_init),
-    ("batchnorm", "custom"): lambda dim, eps, bias: BatchNorm(dim, eps, bias),
-    ("batchnorm", "native"): lambda dim, eps, bias: NativeBatchNorm(dim, eps, bias),
-    ("dyisru", "custom"): lambda dim, eps, bias: DyISRU(dim, bias),
-    ("none", "custom"): lambda dim, eps, bias: nn.Identity(),
-    ("l2", "custom"): lambda dim, eps, bias: L2Norm(eps),
-    ("powernorm", "custom"): PowerNorm,  # (dim, eps, bias, warmup_iters=, group_num=): build_norm passes both
-}
+def _norm_class(path: str) -> Callable[..., nn.Module]:
+    """The class a record names as ``module:Class`` (imported here: ``model.kinds`` stays torch-free)."""
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def build_norm(
@@ -325,42 +337,41 @@ def build_norm(
     bias: bool = True,
     gain: str = "plain",
     attention: bool = False,
-    powernorm_warmup: int = 10000,
-    powernorm_groups: int = 1,
     alpha_init: float | None = None,
+    knobs: Mapping[str, Any] | None = None,
 ) -> nn.Module:
-    """Build the norm ``kind`` over the last dimension of size ``dim``.
+    """Build the norm ``kind`` over the last dimension of size ``dim``, from its record
+    (``model.kinds.NORM_KIND_RECORDS``: the class of ``impl``, and which of the arguments below it takes).
 
     Args:
-        kind: one of ``NORM_KINDS``; ``none`` is ``nn.Identity`` (the no-norm baseline). With
-            ``attention``, also ``ATTENTION_ONLY_KINDS`` (``l2``).
+        kind: a residual-stream kind (``model.kinds.NORM_KINDS``; ``none`` is ``nn.Identity``, the no-norm baseline);
+            with ``attention``, any kind with a record (``l2`` too; ``NormSpec`` narrows the config's choices).
         dim: D, the normalized dimension (d_model; d_head at an attention site).
-        impl: ``custom`` (from the formula: this module, ``model.batchnorm``) or ``native``
-            (``nn.LayerNorm``, ``nn.RMSNorm``, ``nn.BatchNorm1d``; only those three kinds have one).
-        eps: numerical-stability constant, passed explicitly to native modules too.
-        bias: give layernorm, annotated_ln, dyt, derf, dyisru, batchnorm and powernorm a learned shift; ignored by
-            kinds without one.
+        impl: ``custom`` (from the formula) or ``native`` (torch's module, where the record names one).
+        eps: numerical-stability constant, passed explicitly to native modules too; kinds whose record has
+            ``eps=False`` take none.
+        bias: learn the shift of the kinds whose record has ``shift``; ignored by the others.
         gain: ``plain`` (the gain ``weight`` is stored as is) or ``unit_offset`` (stored as w, applied as 1 + w:
             ``model.gains``); ignored by kinds without a gain (``none``, ``l2``).
-        attention: the norm sits at an attention site (q, k or v over d_head), where the
-            attention-only kinds are valid too.
-        powernorm_warmup, powernorm_groups: ``powernorm``'s ``warmup_iters`` and ``group_num``
-            (``model.powernorm.PowerNorm``; defaults: the official class defaults); other kinds ignore them.
-        alpha_init: the initial alpha of ``dyt`` and ``derf`` (``ALPHA_KINDS``); None: the kind's own default
-            (``DYT_ALPHA_INIT``, ``DERF_ALPHA_INIT``, both 0.5); other kinds ignore it.
+        attention: the norm sits at an attention site (q, k or v over d_head).
+        alpha_init: the initial alpha of the kinds whose record has ``alpha`` (``dyt``, ``derf``); None: the class's
+            own default (``DYT_ALPHA_INIT``, ``DERF_ALPHA_INIT``, both 0.5); other kinds ignore it.
+        knobs: the ``norm.*`` values of the kind's own settings by key (the record's ``knobs``; powernorm's
+            ``powernorm_warmup``, ``powernorm_groups``); a missing one takes the class default; other keys are ignored.
 
     Raises:
         ValueError: unknown kind, impl or gain, or a kind without that impl (the message lists the
-            valid ones); ``dim`` not divisible by ``powernorm_groups`` (kind powernorm).
+            valid ones); what the kind's class raises (powernorm: ``dim`` not divisible by its groups).
     """
-    check_norm(kind, impl, kinds=NORM_KINDS + ATTENTION_ONLY_KINDS if attention else NORM_KINDS)
+    check_norm(kind, impl, kinds=tuple(NORM_KIND_RECORDS) if attention else NORM_KINDS)
     if gain not in NORM_GAINS:
         raise ValueError(f"unknown norm.gain {gain!r}; valid: {', '.join(NORM_GAINS)}")
-    factory = _REGISTRY[(kind, impl)]
-    if kind == "powernorm":  # the one kind with settings beyond (dim, eps, bias)
-        norm = factory(dim, eps, bias, warmup_iters=powernorm_warmup, group_num=powernorm_groups)
-    elif kind in ALPHA_KINDS and alpha_init is not None:
-        norm = factory(dim, eps, bias, alpha_init=alpha_init)
-    else:
-        norm = factory(dim, eps, bias)
+    record = NORM_KIND_RECORDS[kind]
+    kwargs: dict[str, Any] = {"eps": eps} if record.eps else {}
+    if record.shift:
+        kwargs["bias"] = bias
+    if record.alpha and alpha_init is not None:
+        kwargs["alpha_init"] = alpha_init
+    kwargs |= {arg: (knobs or {})[key] for key, arg in record.knobs if key in (knobs or {})}
+    norm = _norm_class(record.native if impl == "native" and record.native else record.custom)(dim, **kwargs)
     return apply_unit_offset(norm) if gain == "unit_offset" else norm

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from model.kinds import NORM_KINDS
+from model.kinds import NORM_KINDS, kinds_where
 
 if TYPE_CHECKING:
     from torch import nn
@@ -259,10 +259,9 @@ class Placement:
         )
 
 
-# DyT and Derf bound their output to |weight| + |bias|, DyISRU to |weight| sqrt(D) + |bias|: as the last op of a
-# block (post, deepnorm) any would clip the whole residual stream, so only placements that keep
-# the stream un-normalized take them.
-_BOUNDED = ("dyt", "derf", "dyisru")
+# A bounded kind (DyT and Derf: |weight| + |bias|; DyISRU: |weight| sqrt(D) + |bias|) as the last op of a block
+# (post, deepnorm) would clip the whole residual stream, so only placements that keep the stream un-normalized take it.
+_BOUNDED = kinds_where(bounded=True)
 _NORM_FREE = tuple(k for k in NORM_KINDS if k != "none")  # rejected by the placements with no norm at all
 _POST, _PRE = (False, False, True), (True, False, False)
 _ALL_ROLES = ("attn.q", "attn.k", "attn.v", "attn.out", "ffn.in", "ffn.out")

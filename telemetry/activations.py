@@ -34,8 +34,8 @@ max of n |N(0, 1)|, 3.97 at n = 64 x 128 and 5.08 at 3000 x 512, growing with n;
 when a few "massive activations" stand out, Sun et al. 2024); ``kurtosis`` = mean_j s_j^4 /
 (mean_j s_j^2)^2 of the per-channel RMS s_j over real positions (He et al. 2024, arXiv 2405.19279,
 eq. 1); at ``out`` only, ``token_cos`` = the mean over sequences of the mean cosine between two
-different real tokens (rank collapse: 1); at a DyT, Derf or DyISRU norm only, ``saturation`` = the share of
-its input's real elements beyond ``SATURATION`` of the bound. Exact definitions and Gaussian
+different real tokens (rank collapse: 1); at a norm of a bounded kind only (``model.kinds``), ``saturation`` = the share
+of its input's real elements beyond ``SATURATION`` of the bound. Exact definitions and Gaussian
 baselines of every statistic: docs/telemetry.md.
 
 Each site's raw sums (``sum``, ``sumsq``, ``maxabs``, ``n``, ...) stay on the device; ``derive_stats``
@@ -52,7 +52,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from model.attention import MultiHeadAttention
-from model.norms import Derf, DyISRU, DyT
+from model.norms import BoundedNorm
 from model.transformer import EncoderDecoder
 from runlog.metric_names import (
     ACT_STAT_SITES,
@@ -68,7 +68,6 @@ from telemetry.config import TelemetryConfig
 from telemetry.core import stacks
 
 SATURATION = 0.99  # act/.../saturation: the share of elements whose bounded norm output is beyond this fraction of its bound
-_ERFINV_SATURATION = torch.erfinv(torch.tensor(SATURATION, dtype=torch.float64)).item()  # ~1.82139
 # Per-channel sums over positions, by a tap's ``features``: (B, L) weights times x^2 of (B, L, D) or (B, H, L, K).
 _CHANNEL_SUMS = {(-1,): "bl,bld->d", (1, 3): "bl,bhlk->hk"}
 
@@ -165,7 +164,7 @@ class ActivationStats:
                     if "token_cos" in self.cfg.stats and tap.site in ACT_STAT_SITES["token_cos"]:
                         self.sums[key] |= _token_cos_sums(x.detach(), k)
                     saturation = "saturation" in self.cfg.stats and tap.site in ACT_STAT_SITES["saturation"]
-                    if saturation and isinstance(mod, DyT | Derf | DyISRU):
+                    if saturation and isinstance(mod, BoundedNorm):
                         self.sums[key]["saturated"] = _saturated(mod, args[0].detach(), k, tap.features)
 
             register = tap.module.register_forward_pre_hook if tap.on_input else tap.module.register_forward_hook
@@ -237,22 +236,13 @@ def _token_cos_sums(x: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tens
 
 
 @torch.no_grad()
-def _saturated(norm: DyT | Derf | DyISRU, x: torch.Tensor, keep: torch.Tensor, features: tuple[int, ...]) -> torch.Tensor:
-    """The count of real elements of the norm's input ``x`` at which its bounded function, before weight
+def _saturated(norm: BoundedNorm, x: torch.Tensor, keep: torch.Tensor, features: tuple[int, ...]) -> torch.Tensor:
+    """The count of real elements of the bounded norm's input ``x`` at which its bounded function, before weight
     and bias, is beyond ``SATURATION`` of its bound 1: |tanh(alpha x)| (DyT, Zhu et al. 2025, arXiv
     2503.10622, eq. 1), |erf(alpha x + shift)| (Derf, Chen et al. 2025, arXiv 2512.10938) or |x| / sqrt(beta + x^2)
-    (DyISRU, Stollenwerk 2025, arXiv 2503.21708), in float32.
+    (DyISRU, Stollenwerk 2025, arXiv 2503.21708), in float32; each bounded kind's class gives the equivalent
+    threshold (``saturation_input``; ``model.kinds.NormKind.bounded``).
     ``x``: (B, L, D) or (B, H, L, K) with ``features`` (1, 3); ``keep``: (B, L) float, 1 at real positions."""
-    # Thresholds on |x| (on |alpha x + shift| for Derf), equivalent to the bounds and cheaper than the functions:
-    # |tanh(alpha x)| > c iff |x| > atanh(c) / |alpha|; |erf(u)| > c iff |u| > erfinv(c);
-    # |x| / sqrt(beta + x^2) > c iff |x| > c sqrt(beta / (1 - c^2)) (beta > 0).
-    xf = x.float()
-    if isinstance(norm, DyT):
-        beyond = math.atanh(SATURATION) / norm.alpha.detach().float().abs()
-    elif isinstance(norm, Derf):
-        xf = xf * norm.alpha.detach().float() + norm.shift.detach().float()
-        beyond = _ERFINV_SATURATION
-    else:
-        beyond = SATURATION * torch.sqrt(norm.beta.detach().float() / (1 - SATURATION**2))
+    u, beyond = norm.saturation_input(x, SATURATION)
     # gt_ writes 0/1 into abs()'s own new tensor: a third of the time of a bool mask and its sum.
-    return (xf.abs().gt_(beyond).sum(features) * keep).sum()
+    return (u.abs().gt_(beyond).sum(features) * keep).sum()

@@ -14,7 +14,8 @@ class TelemetryConfig:
         every: steps between records; 0 turns telemetry off.
         sites: activation site groups, a subset of ``SITE_GROUPS``.
         stats: statistics per site, a subset of ``STATS``; ``token_cos`` and ``saturation`` are taken
-            only at the sites that define them (``ACT_STAT_SITES``; saturation where the norm is DyT or DyISRU).
+            only at the sites that define them (``ACT_STAT_SITES``; saturation where the norm's kind is bounded,
+            ``model.kinds``).
         grads: record ``grad/{s}.{i}/norm``.
         updates: record ``update/{s}.{i}/ratio`` (copies the weights before the step).
         weights: record ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}`` of every block matrix.

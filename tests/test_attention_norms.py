@@ -110,7 +110,7 @@ def test_l2_qk_logits_are_temperature_times_cosine_and_the_output_a_hand_softmax
     torch.manual_seed(0)
     B, T, S, D, H = 2, 5, 7, 16, 2
     K = D // H
-    attn = MultiHeadAttention(D, H, 0.0, q_norm=L2Norm(1e-6), k_norm=L2Norm(1e-6), temperature=10.0).eval()
+    attn = MultiHeadAttention(D, H, 0.0, q_norm=L2Norm(D // H, 1e-6), k_norm=L2Norm(D // H, 1e-6), temperature=10.0).eval()
     with torch.no_grad():
         attn.temperature.fill_(7.3)  # off its init, so a hand computation that assumed 10 would differ
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D) * 3
@@ -168,7 +168,7 @@ def test_qk_none_reproduces_the_attention_without_norms_bit_for_bit():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("norm.qk=l3", r"unknown norm.qk 'l3'; valid: null \(off\), none, layernorm, rmsnorm, l2$"),
+        ("norm.qk=l3", r"unknown norm.qk 'l3'; valid: null \(off\), layernorm, rmsnorm, none, l2$"),
         ("norm.impl=native", r"norm.qk='l2' has no impl 'native'; valid kind/impl pairs: layernorm/custom, "),
     ],
 )

@@ -258,7 +258,7 @@ def test_old_checkpoints_model_config_matches_the_default_plan():
         ({"kind": "dyt", "blocks": [{"layers": [1], "placement": "post"}]},
          r"norm.blocks\[0\]: norm.kind='dyt' cannot be used with norm.placement='post'; "
          r"valid placements for it: pre, sandwich, lns, res_post, layerscale"),
-        ({"qk": "l3"}, r"unknown norm.qk 'l3'; valid: null \(off\), none, layernorm, rmsnorm, l2$"),
+        ({"qk": "l3"}, r"unknown norm.qk 'l3'; valid: null \(off\), layernorm, rmsnorm, none, l2$"),
     ],
 )  # fmt: skip
 def test_bad_plans_fail_in_one_line(norm, message):

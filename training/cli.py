@@ -31,6 +31,12 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 _PLAIN = re.compile(r"[\w/.:@%+~-]+")  # a value Hydra's override grammar reads as it is (no quotes needed)
 
 
+def register_resolvers() -> None:
+    """Register ``${norm_kinds:}``, which conf/config.yaml's ``--help`` header reads: ``model.kinds.NORM_KINDS``
+    comma-separated, so the help lists the kinds the records define. Call before Hydra composes the config."""
+    OmegaConf.register_new_resolver("norm_kinds", lambda: ", ".join(NORM_KINDS), replace=True)
+
+
 def presets(group: str) -> list[str]:
     """The preset names of a config group (``conf/<group>/*.yaml``), sorted."""
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
