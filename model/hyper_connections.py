@@ -5,7 +5,7 @@ blocks flattened as (B, L, n*D), stream k at ``[..., k*D:(k+1)*D]``, so a stack'
 taps on them) see one (B, L, features) tensor; at n = 1 that is the plain (B, L, D) stream.
 
 One sublayer with input streams H (n, D) per token, its pre-LN update ``u(h) = dropout(F(N(h)))``
-(``model.residual.Residual``), width weights a_m (n,), residual matrix A (n, n) and depth weights b (n,):
+(``model.hyper_residual.HyperResidual``), width weights a_m (n,), residual matrix A (n, n) and depth weights b (n,):
 
     h0 = sum_k a_m[k] H_k        (the sublayer's input)
     H'_j = b_j u(h0) + sum_k A[k, j] H_k      i.e. H' = b u(h0)^T + A^T H

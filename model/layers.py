@@ -1,4 +1,5 @@
-"""Encoder and decoder layers: sublayers wrapped in ``Residual`` at each block's planned norm.
+"""Encoder and decoder layers: sublayers wrapped in ``Residual`` at each block's planned norm (``GPASResidual`` with
+``norm.gpas``, ``HyperResidual`` with ``norm.hc``).
 
 Layer ``index`` of a stack takes its norm from ``cfg.block_norm(stack, index)`` (kind, impl,
 placement, eps, bias, attention norms); the placement record supplies the rest (residual scale,
@@ -14,9 +15,11 @@ from torch import nn
 
 from model.attention import QK_L2_TEMPERATURE, KVCache, MultiHeadAttention
 from model.config import ModelConfig, NormSpec
+from model.gpas import GPAS, GPASResidual
 from model.hyper_connections import hyper_connection
+from model.hyper_residual import HyperResidual
 from model.placements import PLACEMENTS, residual_sublayers
-from model.residual import GPAS, Residual
+from model.residual import Residual, Sublayer
 
 
 class FeedForward(nn.Module):
@@ -56,28 +59,35 @@ def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> Mult
                               qk_scope=spec.qk_scope, **norms)  # fmt: skip
 
 
-def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Callable[[nn.Module], Residual]:
-    """A function wrapping each branch of block ``index`` of ``stack`` in its ``Residual``, planned by
-    ``spec``'s placement record for that sublayer (attention or FFN) and depth, its norms built from
-    ``spec``, at site ``attn`` or ``ffn`` by the branch (every slot of the sublayer: the site only picks the
-    initial alpha of dyt and derf). A gate the record shares across the block (ReZero) is built once, and so is
-    the block's GPAS gate (``spec.gpas``: one per layer, as the official code's ``GPASBlock``). With ``norm.hc``
-    each sublayer gets its hyper-connection over ``cfg.residual_streams`` streams, told its index in the stack."""
+def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Callable[[nn.Module], Sublayer]:
+    """A function wrapping each branch of block ``index`` of ``stack`` in its residual, planned by ``spec``'s
+    placement record for that sublayer (attention or FFN) and depth, its norms built from ``spec``, at site ``attn``
+    or ``ffn`` by the branch (every slot of the sublayer: the site only picks the initial alpha of dyt and derf). A
+    gate the record shares across the block (ReZero) is built once, and so is the block's GPAS gate (``spec.gpas``:
+    one per layer, as the official code's ``GPASBlock``). The residual is a ``HyperResidual`` with ``norm.hc``, over
+    ``cfg.residual_streams`` streams, its hyper-connection told its index in the stack; else a ``GPASResidual`` with
+    ``spec.gpas``; else the plain ``Residual`` (``ModelConfig`` rejects ``norm.hc`` with GPAS)."""
     placement = PLACEMENTS[spec.placement]
-    shared: list[Residual] = []
-    built: list[Residual] = []
+    shared: list[Sublayer] = []
+    built: list[Sublayer] = []
     per_block = residual_sublayers(stack, 1, 1)
     gpas = GPAS() if spec.gpas else None
 
-    def wrap(branch: nn.Module) -> Residual:
+    def wrap(branch: nn.Module) -> Sublayer:
         is_attention = isinstance(branch, MultiHeadAttention)
         plan = placement.plan(is_attention, stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
-        gate = shared[0].gate if shared else None
         site = "attn" if is_attention else "ffn"
-        hc = cfg.norm.hc
-        if hc is not None:
-            hc = hyper_connection(hc, cfg.residual_streams, cfg.d_model, index * per_block + len(built), spec.eps)
-        residual = Residual(branch, plan, lambda: spec.build(cfg.d_model, site=site), cfg.dropout, cfg.d_model, gate, gpas, hc)
+        args = (branch, plan, lambda: spec.build(cfg.d_model, site=site), cfg.dropout, cfg.d_model,
+                shared[0].gate if shared else None)  # fmt: skip
+        residual: Sublayer
+        if cfg.norm.hc is not None:
+            sublayer = index * per_block + len(built)
+            hc = hyper_connection(cfg.norm.hc, cfg.residual_streams, cfg.d_model, sublayer, spec.eps)
+            residual = HyperResidual(*args, hc=hc)
+        elif gpas is not None:
+            residual = GPASResidual(*args, gpas=gpas)
+        else:
+            residual = Residual(*args)
         if placement.gate is not None and placement.gate.shared:
             shared.append(residual)
         built.append(residual)

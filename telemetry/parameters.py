@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.gpas import GPASResidual
 from model.norms import SeeDNorm
-from model.residual import GPAS, Gate
+from model.residual import Gate
 from model.transformer import EncoderDecoder
 from runlog.metric_names import (
     ATTENTION_NORM_SITES,
@@ -72,9 +73,8 @@ class ParameterStats:
             for stack, i, layer in blocks(self.model):
                 for r in (r for r in RESIDUALS if hasattr(layer, r)):
                     self._record_scales(stack, i, r, getattr(layer, r))
-                gpas = layer.self_attn.gpas  # one per block, shared by its sublayers
-                if isinstance(gpas, GPAS):
-                    g = _scalar(gpas.gate)
+                if isinstance(layer.self_attn, GPASResidual):  # one GPAS per block, shared by its sublayers
+                    g = _scalar(layer.self_attn.gpas.gate)
                     self.stats[learned_scale(stack, i, GPAS_SITE, "g").name] = g
                     self.stats[learned_scale(stack, i, GPAS_SITE, "silu_g").name] = F.silu(g)
 

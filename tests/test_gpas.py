@@ -1,5 +1,5 @@
 """GPAS (Chen et al. 2025, arXiv 2506.22049; official code dandingsky/GPAS): ``x - SiLU(g) * stopgrad(x)``, one
-gate g per block, init 0, a modifier of any placement (``norm.gpas``; model/residual.py).
+gate g per block, init 0, a modifier of any placement (``norm.gpas``; model/gpas.py).
 
 Where it sits, pinned to the official ``LlamaDecoderLayer.forward`` (peft_pretraining/modeling_llama.py): pre-LN,
 sandwich, LNS and Mix-LN's pre-LN blocks call ``self.gpas_block`` after each residual addition; DeepNorm and Mix-LN's
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from model.config import ModelConfig, NormConfig
-from model.residual import GPAS
+from model.gpas import GPAS, GPASResidual
 from model.transformer import EncoderDecoder
 from training.optim import build_optimizer
 
@@ -105,7 +105,7 @@ def test_one_gate_per_block_shared_by_its_sublayers_and_none_by_default():
     layer = model.decoder[1]
     assert layer.self_attn.gpas is layer.cross_attn.gpas is layer.ffn.gpas
     assert model.encoder[0].self_attn.gpas is not model.encoder[1].self_attn.gpas
-    assert not gates(build(False)) and all(m.gpas is None for m in build(False).modules() if hasattr(m, "gpas"))
+    assert not gates(build(False)) and not any(isinstance(m, GPASResidual) for m in build(False).modules())
 
 
 def test_gpas_follows_the_residual_add_in_pre_ln_and_scales_the_skip_in_deepnorm_and_b2t():
@@ -132,10 +132,10 @@ def test_gpas_follows_the_residual_add_in_pre_ln_and_scales_the_skip_in_deepnorm
 
 def test_mix_ln_puts_gpas_on_the_skip_of_its_post_ln_blocks_and_after_the_add_of_its_pre_ln_ones():
     model = build(True, "mix_ln")  # mix_ln_alpha 0.5: encoder block 0 post-LN, block 1 pre-LN
-    assert [layer.self_attn.gpas_on_skip for layer in model.encoder] == [True, False]
-    assert [layer.ffn.gpas_on_skip for layer in model.decoder] == [True, False, False]  # floor(0.5 * 3) = 1 post block
+    assert [layer.self_attn.on_skip for layer in model.encoder] == [True, False]
+    assert [layer.ffn.on_skip for layer in model.decoder] == [True, False, False]  # floor(0.5 * 3) = 1 post block
     hybrid = build(True, "hybrid").encoder[0]  # HybridNorm: the FFN's norm_out is empty, so GPAS follows its addition
-    assert not hybrid.ffn.gpas_on_skip and not hybrid.self_attn.gpas_on_skip
+    assert not hybrid.ffn.on_skip and not hybrid.self_attn.on_skip
 
 
 def test_the_gate_gets_no_weight_decay():

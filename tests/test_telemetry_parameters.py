@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from model.config import ModelConfig
+from model.gpas import GPASResidual
 from model.transformer import EncoderDecoder
 from runlog.metric_names import MATRIX_ROLES, WEIGHT_SITES, matrix_site, parse
 from telemetry.config import TelemetryConfig
@@ -188,7 +189,7 @@ def expected_scales(model) -> dict[str, float]:
                         out[f"{prefix}/beta_norm"] = params["beta"].norm().item()
                         continue
                     out |= {f"{prefix}/{name}": params[name].item() for name in ("alpha", "shift", "beta") if name in params}
-            if layer.self_attn.gpas is not None:  # GPAS: one gate g per block; SiLU(g) = g sigmoid(g)
+            if isinstance(layer.self_attn, GPASResidual):  # GPAS: one gate g per block; SiLU(g) = g sigmoid(g)
                 g = layer.self_attn.gpas.gate.item()
                 out[f"scale/{stack[:3]}.{i}.gpas/g"] = g
                 out[f"scale/{stack[:3]}.{i}.gpas/silu_g"] = g / (1 + math.exp(-g))
