@@ -44,7 +44,7 @@ class NormSpec:
         powernorm_groups: kind ``powernorm``: the groups of its per-token group scaling (``group_num``), >= 1,
             dividing the normalized width; the dataclass default is the official class default (1), the config's
             fairseq's choice, the attention heads.
-        gpas: GPAS (Chen et al. 2025, ``model.residual.GPAS``) in the block: one learned gate g (init 0) scales the
+        gpas: GPAS (Chen et al. 2025, ``model.gpas.GPAS``) in the block: one learned gate g (init 0) scales the
             stream by 1 - SiLU(g) after each residual addition (on the skip where a norm closes the sublayer),
             leaving its gradient unscaled; with any placement.
 
