@@ -26,14 +26,12 @@ from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast, resolve_precision
+from training.presets import default_optim, group_keys
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
-# Sizes compared: the default model (conf/model/small.yaml) and Transformer-base (conf/model/base.yaml).
-SIZES = {
-    "small": {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_enc_layers": 3, "n_dec_layers": 3},
-    "base": {"d_model": 512, "n_heads": 8, "d_ff": 2048, "n_enc_layers": 6, "n_dec_layers": 6},
-}
+SIZES = ("small", "base")  # the model presets compared: the default model and Transformer-base (conf/model/)
+SHAPE_KEYS = ("d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers")  # a size's shape, printed with its results
 VOCAB = 1000  # a subword-sized vocabulary, so the output layer weighs as in translation
 
 
@@ -68,7 +66,8 @@ def build(variant: str, size: str, device: torch.device, compile_layers: bool) -
     """``variant`` in torch / native / custom; the same seed gives both models the same embeddings."""
     torch.manual_seed(0)
     impl = "custom" if variant == "custom" else "native"
-    cfg = ModelConfig(src_vocab=VOCAB, tgt_vocab=VOCAB, dropout=0.0, max_len=256, norm=NormConfig(impl=impl), **SIZES[size])
+    keys = {**group_keys("model", size), "dropout": 0.0, "max_len": 256}
+    cfg = ModelConfig(src_vocab=VOCAB, tgt_vocab=VOCAB, norm=NormConfig(impl=impl), **keys)
     model = (TorchTransformer(cfg) if variant == "torch" else EncoderDecoder(cfg)).to(device)
     if compile_layers:  # per layer on both sides, as train.py does
         for layer in model.layers() if variant == "torch" else [*model.encoder, *model.decoder]:
@@ -89,8 +88,9 @@ def make_batch(rows: int, src_len: int, tgt_len: int, device: torch.device) -> B
 
 
 def stepper(model: nn.Module, batch: Batch, device: torch.device, precision: str):
-    opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 1e-4, ScheduleConfig(0, "constant"), 10**9)
+    optim = default_optim(lr=1e-4)
+    opt = build_optimizer(model, optim)
+    sched = build_scheduler(opt, optim.lr, ScheduleConfig(0, "constant"), 10**9)
     tele = Telemetry(model, TelemetryConfig(every=0))
     context = autocast(precision, device)  # precision: fp32 or bf16 (trainer.precision, resolved)
 
@@ -167,7 +167,8 @@ def bench_model(
             }
         kind = "bf16 autocast" if precision == "bf16" else "fp32"
         what = f"{device.type}, {kind}{', compiled layers' if compile_layers else ''}"
-        print(f"\n{size} ({SIZES[size]}), batch {rows} x {length} src/tgt ({batch.n_tgt_tokens} tgt tokens), {what}, "
+        shape = {k: group_keys("model", size)[k] for k in SHAPE_KEYS}
+        print(f"\n{size} ({shape}), batch {rows} x {length} src/tgt ({batch.n_tgt_tokens} tgt tokens), {what}, "
               f"{rounds} alternating rounds:")  # fmt: skip
         print(f"  {'model':<28} {'tok/s (median)':>15} {'speed vs torch: min':>20} {'median':>7} {'max':>6} {'peak MiB':>9}")
         for v in variants:

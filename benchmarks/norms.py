@@ -6,8 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from benchmarks.timing import ratio, ratio_row, time_samples
 from data.batching import Batch
@@ -19,6 +17,7 @@ from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast
+from training.presets import default_optim, group_keys
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
@@ -141,8 +140,7 @@ def norm_preset(name: str) -> dict:
     """The ``norm`` keys of preset ``name`` as Hydra composes them (a preset file states only what
     differs from conf/norm_base.yaml), resolved as a run resolves them: powernorm_warmup and powernorm_groups
     interpolate the default config's schedule.warmup_steps and model.n_heads."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm, resolve=True)
+    return group_keys("norm", name)
 
 
 def default_model_and_batch(
@@ -151,7 +149,7 @@ def default_model_and_batch(
     """The default model (conf/model/small.yaml, or ``size``'s preset; ``norm`` defaults to the pre_ln preset,
     ``dropout`` and ``attn_dropout`` to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10
     phonemes, the default 4096-token budget."""
-    sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{size}.yaml"))
+    sizes = group_keys("model", size)
     if dropout is not None:
         sizes["dropout"] = dropout
     if attn_dropout is not None:
@@ -170,8 +168,9 @@ def make_step(
     """``window`` consecutive training steps as train.py runs them (shared ``train_step``) in ``precision``
     (``trainer.precision``'s fp32 or bf16, on the CPU), telemetry recording on its due steps and read back to the host
     there, as when logging."""
-    opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 1e-4, ScheduleConfig(0, "constant"), 10**9)
+    optim = default_optim(lr=1e-4)
+    opt = build_optimizer(model, optim)
+    sched = build_scheduler(opt, optim.lr, ScheduleConfig(0, "constant"), 10**9)
     tele = Telemetry(model, telemetry or TelemetryConfig(every=0))
     context = autocast(precision, torch.device("cpu"))
 

@@ -36,7 +36,9 @@ HC_PLACEMENTS = tuple(
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Sizes of the encoder-decoder Transformer (names as in Vaswani et al. 2017).
+    """Sizes of the encoder-decoder Transformer (names as in Vaswani et al. 2017). The defaults of the ``model`` keys
+    are the default run's (``conf/model_base.yaml``, which ``tests/test_defaults.py`` holds them equal to): for a model
+    built without Hydra, and for the keys a checkpoint written before them lacks.
 
     Attributes:
         src_vocab, tgt_vocab: vocabulary sizes (tokens).
@@ -75,12 +77,12 @@ class ModelConfig:
     src_vocab: int
     tgt_vocab: int
     pad_id: int = 0
-    d_model: int = 256
+    d_model: int = 128
     n_heads: int = 4
-    d_ff: int = 1024
+    d_ff: int = 512
     n_enc_layers: int = 3
     n_dec_layers: int = 3
-    dropout: float = 0.1
+    dropout: float = 0.0
     attn_dropout: float | None = None
     act_dropout: float | None = None
     max_len: int = 64

@@ -5,10 +5,8 @@ from pathlib import Path
 
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
-from omegaconf import OmegaConf
 
 from analysis.load import ReportError, find_run_dirs, read_config
-from analysis.presets import CONF, default_choice
 from analysis.variants import NORM_KEYS
 from runlog.metric_names import (
     ATTENTIONS,
@@ -25,6 +23,7 @@ from runlog.metric_names import (
     weight_spectrum,
 )
 from runlog.tasks import TaskSpec, read_task, task_spec
+from training.presets import group_keys
 
 MAX_RUNS = 100  # runs a panel draws; a sweep is usually 10-50
 
@@ -122,9 +121,8 @@ def sweep_facts(run_dir: Path | None) -> tuple[int, int, TaskSpec]:
         ValueError: no run under ``run_dir``, its config lacks the two keys, or its task.json is unreadable.
     """
     if run_dir is None:
-        model = OmegaConf.load(CONF / "model" / f"{default_choice('model')}.yaml")
-        data = OmegaConf.load(CONF / "data" / f"{default_choice('data')}.yaml")
-        return model.n_enc_layers, model.n_dec_layers, task_spec(data.task)
+        model = group_keys("model")
+        return model["n_enc_layers"], model["n_dec_layers"], task_spec(group_keys("data")["task"])
     try:
         found = find_run_dirs([run_dir])
     except ReportError as e:

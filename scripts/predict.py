@@ -39,8 +39,11 @@ def main(argv: list[str] | None = None) -> None:
         help="a run directory written by train.py, or a checkpoint file (checkpoint.pt, best.pt, averaged.pt)",
     )
     parser.add_argument("input", nargs="?", default="-", help="text file, one sentence (or word) per line; - or none: stdin")
-    parser.add_argument("--beam-size", type=int, default=5, help="hypotheses kept per sentence; 1 is greedy (default 5)")
-    parser.add_argument("--length-penalty", type=float, default=0.6, help="GNMT alpha (default 0.6)")
+    default = DecodeConfig()  # the run's decode defaults (conf/config.yaml)
+    parser.add_argument("--beam-size", type=int, default=default.beam_size,
+                        help=f"hypotheses kept per sentence; 1 is greedy (default {default.beam_size})")  # fmt: skip
+    parser.add_argument("--length-penalty", type=float, default=default.length_penalty,
+                        help=f"GNMT alpha (default {default.length_penalty})")  # fmt: skip
     parser.add_argument("--max-tokens", type=int, default=4096, help="token budget of one decoding batch")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)

@@ -14,12 +14,10 @@ from omegaconf import OmegaConf
 
 import train as train_module
 from runlog.renames import renamed_override, with_current_names
-from tests.helpers.config import ROOT, make_cfg
+from tests.helpers.config import NEEDS, ROOT, make_cfg, presets
 from training.checkpoint import load_checkpoint, save_checkpoint
 from training.schema import DECAYS, validate
 
-GROUPS = ("model", "norm", "data", "optim", "schedule", "trainer", "logger", "telemetry")
-NEEDS = {"data=local": ["data.path=/corpus"]}  # a preset with a required key left to the user
 TRANSLATION_KEYS = "name, source, src_lang, tgt_lang, hub, path, max_len, max_examples, vocab_size, joint_vocab, cache_dir, task"
 
 
@@ -36,10 +34,10 @@ def key_overrides(job: list[str]) -> list[tuple[str, object]]:
 
 
 def test_every_preset_composes_and_validates():
-    presets = [f"{g}={p.stem}" for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml"))]
-    assert len(presets) >= 27  # at abc122c: 3 model, 9 norm, 5 data, 1 optim, 1 schedule, 3 trainer, 2 logger, 3 telemetry
+    found = presets()
+    assert len(found) >= 27  # at abc122c: 3 model, 9 norm, 5 data, 1 optim, 1 schedule, 3 trainer, 2 logger, 3 telemetry
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        for preset in presets:
+        for preset in found:
             validate(compose("config", overrides=[preset, *NEEDS.get(preset, [])]))
 
 

@@ -12,6 +12,7 @@ from model.norms import DERF_ALPHA_INIT, DERF_SHIFT_INIT, DYT_ALPHA_INIT, Derf, 
 from model.transformer import EncoderDecoder
 from tests.helpers.config import make_cfg, model_config
 from training.optim import build_optimizer
+from training.presets import default_optim
 
 # ``python -m tests.reference.derf``: the official ``Dynamic_erf`` (zlab-princeton/Derf 8dd9ea3,
 # ``DNA model/dynamic_erf.py``) in float64 on tests.reference.derf.case(): x = linspace(-3, 3, 16) as (2, 8),
@@ -130,7 +131,7 @@ def test_learned_embed_scale_starts_at_sqrt_d_model_and_learns_without_weight_de
     torch.testing.assert_close(learned(src, tgt), fixed(src, tgt), atol=0, rtol=0)  # the same model at init
     learned(src, tgt).square().mean().backward()
     assert all(p.grad is not None and p.grad.abs().item() > 0 for p in scales.values())
-    groups = build_optimizer(learned, 1e-3, (0.9, 0.98), 0.01, 1e-9).param_groups
+    groups = build_optimizer(learned, default_optim(lr=1e-3)).param_groups
     assert all(any(p is q for q in groups[1]["params"]) for p in scales.values()) and groups[1]["weight_decay"] == 0.0
 
 
@@ -138,7 +139,7 @@ def test_pre_dyt_lm_decays_no_1d_parameter_unlike_the_official_lm_recipe():
     # DyT's LLaMA script decays every parameter (AdamW(model.parameters(), weight_decay=0.1)); normlab keeps its rule
     # (docs/norms.md): its alphas, gains, biases and learned embedding scales are in the no-decay group.
     model = EncoderDecoder(model_config(make_cfg("norm=pre_dyt_lm"), 20, 20))
-    decay, no_decay = build_optimizer(model, 1e-3, (0.9, 0.98), 0.1, 1e-9).param_groups
+    decay, no_decay = build_optimizer(model, default_optim(lr=1e-3, weight_decay=0.1)).param_groups
     assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
     names = {id(p): n for n, p in model.named_parameters()}
     kept = [names[id(p)] for p in no_decay["params"]]

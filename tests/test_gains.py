@@ -15,6 +15,7 @@ from model.transformer import EncoderDecoder
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from training.optim import build_optimizer
+from training.presets import default_optim
 
 D = 16  # sqrt(16) = 4: ScaleNorm's w = sqrt(D) - 1 = 3 is exact, so its gain 1 + w is too
 GAINED = [
@@ -124,7 +125,7 @@ def test_normlab_decays_no_gain_so_plain_and_unit_offset_train_alike():
     trained = {}
     for gain in ("plain", "unit_offset"):
         m = model(gain, placement="sandwich", qk="rmsnorm")
-        opt = build_optimizer(m, lr=1e-2, betas=(0.9, 0.98), weight_decay=0.1, eps=1e-9)
+        opt = build_optimizer(m, default_optim(lr=1e-2, weight_decay=0.1))
         decayed = {id(p) for p in opt.param_groups[0]["params"]}
         assert all(id(p) not in decayed for name, p in m.named_parameters() if "norm" in name)
         losses = []

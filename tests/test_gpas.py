@@ -15,6 +15,7 @@ from model.config import ModelConfig, NormConfig
 from model.gpas import GPAS, GPASResidual
 from model.transformer import EncoderDecoder
 from training.optim import build_optimizer
+from training.presets import default_optim
 
 D = 16
 PLACEMENTS = ("pre", "post", "sandwich", "deepnorm", "lns", "mix_ln", "keel", "rezero", "hybrid")
@@ -140,7 +141,7 @@ def test_mix_ln_puts_gpas_on_the_skip_of_its_post_ln_blocks_and_after_the_add_of
 
 def test_the_gate_gets_no_weight_decay():
     model = build(True)
-    decay, no_decay = build_optimizer(model, 1e-3, (0.9, 0.98), 0.1, 1e-9).param_groups
+    decay, no_decay = build_optimizer(model, default_optim(lr=1e-3, weight_decay=0.1)).param_groups
     ids = {id(p) for p in gates(model).values()}
     assert ids <= {id(p) for p in no_decay["params"]} and not ids & {id(p) for p in decay["params"]}
     assert no_decay["weight_decay"] == 0.0

@@ -16,6 +16,7 @@ from telemetry.recorder import Telemetry
 from tests.helpers.config import make_cfg
 from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast
+from training.presets import default_optim
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
@@ -36,7 +37,7 @@ def batch(B: int = 64, S: int = 24, T: int = 20, V: int = 100) -> Batch:
 def test_bf16_steps_on_fused_kernels_keep_fp32_master_weights_and_learn(impl):
     cfg = ModelConfig(src_vocab=100, tgt_vocab=100, d_model=256, n_heads=4, d_ff=512, norm=NormConfig(impl=impl))
     model = EncoderDecoder(cfg).cuda()
-    opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
+    opt = build_optimizer(model, default_optim(lr=1e-3))
     sched = build_scheduler(opt, 1e-3, ScheduleConfig(0, "constant"), 100)
     tele, b = Telemetry(model, TelemetryConfig(every=0)), batch()
     losses = []

@@ -195,9 +195,10 @@ SUBLAYERS += [f"decoder.{i}.{s}" for i in (0, 1) for s in ("self_attn", "cross_a
 ])  # fmt: skip
 def test_weight_decay_reaches_the_hc_projections_only(hc, decayed, merge_decayed):
     from training.optim import build_optimizer
+    from training.presets import default_optim
 
     model = build(hc)
-    decay, no_decay = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9).param_groups
+    decay, no_decay = build_optimizer(model, default_optim(lr=1e-3)).param_groups
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
     in_decay = {id(p) for p in decay["params"]}
     names = {n for n, p in model.named_parameters() if id(p) in in_decay and (".hc." in n or "streams_merge" in n)}
@@ -210,10 +211,11 @@ def test_weight_decay_reaches_the_hc_projections_only(hc, decayed, merge_decayed
 
 def test_static_mixing_gets_no_weight_decay_and_the_log_note_counts_hc_parameters():
     from training.optim import build_optimizer
+    from training.presets import default_optim
     from training.run import hyper_connection_note
 
     model = build("dynamic")
-    opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
+    opt = build_optimizer(model, default_optim(lr=1e-3))
     no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0.0 for p in g["params"]}
     hc = model.encoder[0].ffn.hc
     assert id(hc.static_alpha) in no_decay and id(hc.alpha_fn) not in no_decay

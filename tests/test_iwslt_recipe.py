@@ -19,6 +19,7 @@ from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from tests.helpers.config import ROOT, make_cfg, model_config, scheduled_lrs
 from training.optim import build_optimizer, build_scheduler
+from training.presets import default_optim
 from training.run import config_diff
 from training.schema import ScheduleConfig, validate
 from training.step import StepOptions, train_step
@@ -114,7 +115,7 @@ def test_no_grad_clip_steps_with_the_unclipped_gradient():
     grads = {}
     for clip in (None, 0.5):
         model = dropout_model(dropout=0.0)
-        opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.0, 1e-8)
+        opt = build_optimizer(model, default_optim(lr=1e-3, weight_decay=0.0, eps=1e-8))
         sched = build_scheduler(opt, 1e-3, ScheduleConfig(0, "constant"), 10)
         norm = train_step(
             model,

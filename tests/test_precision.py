@@ -20,11 +20,12 @@ from model.transformer import EncoderDecoder
 from runlog.status import read_status
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
-from tests.helpers.config import ROOT, make_cfg
+from tests.helpers.config import make_cfg
 from tests.helpers.resume import EXACT, losses, rows, stop_by_sigterm
 from training.checkpoint import load_checkpoint
 from training.optim import build_optimizer, build_scheduler
 from training.precision import AUTO, autocast, resolve_precision
+from training.presets import default_optim, group_keys
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
@@ -100,7 +101,7 @@ def test_auto_is_bf16_on_cuda_and_an_explicit_precision_is_kept():
 def tiny_steps(preset: str, precision: str, steps: int = 4) -> tuple[list[float], dict[str, float], EncoderDecoder, set]:
     """``steps`` training steps of a tiny model with norm preset ``preset`` on one padded batch, telemetry=full recording
     every step: the losses, the last step's telemetry, the model, and the dtypes of every raw telemetry tensor."""
-    full = TelemetryConfig(**OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "telemetry" / "full.yaml")))
+    full = TelemetryConfig(**group_keys("telemetry", "full"))
     gen = torch.Generator().manual_seed(0)
     B, S, T = 32, 10, 10
     src, tgt = torch.randint(4, 31, (B, S), generator=gen), torch.randint(4, 43, (B, T + 1), generator=gen)
@@ -109,8 +110,9 @@ def tiny_steps(preset: str, precision: str, steps: int = 4) -> tuple[list[float]
     torch.manual_seed(0)
     sizes = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_enc_layers": 2, "n_dec_layers": 2, "dropout": 0.0}
     model = EncoderDecoder(ModelConfig.from_dict({"src_vocab": 31, "tgt_vocab": 43, **sizes, "norm": norm_preset(preset)}))
-    opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
-    sched = build_scheduler(opt, 1e-3, ScheduleConfig(0, "constant"), 100)
+    optim = default_optim(lr=1e-3)
+    opt = build_optimizer(model, optim)
+    sched = build_scheduler(opt, optim.lr, ScheduleConfig(0, "constant"), 100)
     tele = Telemetry(model, full)
     context = autocast(precision, torch.device("cpu"))
     out, stats, dtypes = [], {}, set()

@@ -14,6 +14,7 @@ from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from tests.helpers.telemetry import doc_table
 from training.optim import build_optimizer
+from training.presets import default_optim
 
 GAMMA = 0.5772156649015329  # Euler-Mascheroni constant: the mean of a standard Gumbel variable
 
@@ -284,7 +285,7 @@ def first_adamw_ratio(model: EncoderDecoder, lr: float, grad_scale: float) -> fl
     gen = torch.Generator().manual_seed(1)
     for p in model.parameters():
         p.grad = grad_scale * torch.randn(p.shape, generator=gen)
-    opt = build_optimizer(model, lr=lr, betas=(0.9, 0.98), weight_decay=0.01, eps=1e-9)
+    opt = build_optimizer(model, default_optim(lr=lr))
     tele = Telemetry(model, TelemetryConfig(every=1, updates=True))
     with tele.optimizer.watch_update():
         opt.step()

@@ -12,6 +12,7 @@ from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from tests.helpers.telemetry import FULL, batch, make
 from training.optim import build_optimizer
+from training.presets import default_optim
 
 BETA2 = 0.98
 
@@ -19,7 +20,7 @@ BETA2 = 0.98
 def adamw_steps(model, steps: int, eps: float, zero_grads=None) -> tuple[dict[str, float], list[dict]]:
     """``steps`` steps of the project's AdamW, each on its own batch; the telemetry after the last
     one and, per step, every parameter's gradient as the step read it (float64)."""
-    opt = build_optimizer(model, 1e-2, (0.9, BETA2), 0.01, eps)
+    opt = build_optimizer(model, default_optim(lr=1e-2, betas=(0.9, BETA2), eps=eps))
     tele = Telemetry(model, TelemetryConfig(every=1, adam=True))
     grads = []
     for step in range(steps):

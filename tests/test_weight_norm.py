@@ -20,6 +20,7 @@ from tests.helpers.config import make_cfg, model_config
 from tests.helpers.resume import EXACT, losses, stop_by_sigterm
 from training.checkpoint import load_checkpoint, model_from
 from training.optim import build_optimizer
+from training.presets import default_optim
 
 V = 12
 ROLES = ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2")
@@ -95,14 +96,14 @@ def test_gradients_reach_g_and_v_as_the_papers_eq_3_gives_them():
 
 def test_g_gets_no_weight_decay_and_v_does():
     model = build(True)
-    opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
+    opt = build_optimizer(model, default_optim(lr=1e-3))
     decayed, free = ({id(p) for p in group["params"]} for group in opt.param_groups)
     assert [group["weight_decay"] for group in opt.param_groups] == [0.01, 0.0]
     for linear in block_linears(model).values():
         assert id(linear.parametrizations.weight.original0) in free and id(linear.parametrizations.weight.original1) in decayed
     assert id(model.tgt_embed.tokens.weight) in decayed and id(model.encoder[0].ffn.norm_in.weight) in free
     assert len(decayed) == 2 + 32  # the two embeddings (the output is tied) and every v
-    plain = build_optimizer(build(False), 1e-3, (0.9, 0.98), 0.01, 1e-9)
+    plain = build_optimizer(build(False), default_optim(lr=1e-3))
     assert len(plain.param_groups[0]["params"]) == 2 + 32  # the same matrices, plain
 
 

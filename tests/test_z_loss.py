@@ -18,6 +18,7 @@ from telemetry.recorder import Telemetry
 from tests.helpers.config import make_cfg
 from tests.helpers.telemetry import batch, make
 from training.optim import build_optimizer, build_scheduler
+from training.presets import default_optim
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
@@ -102,7 +103,7 @@ def test_z_loss_zero_trains_bit_identically_to_the_step_before_the_option():
     for new in (True, False):
         torch.manual_seed(0)
         model = make(n=1, dropout=0.1)
-        opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
+        opt = build_optimizer(model, default_optim(lr=1e-3))
         sched = build_scheduler(opt, 1e-3, ScheduleConfig(2, "linear"), 3)
         micro = micro_batches(split=True)
         losses = []

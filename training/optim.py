@@ -9,7 +9,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, LRSc
 
 from model.hyper_connections import HyperConnection
 from model.weight_norm import weight_norm_gains
-from training.schema import ScheduleConfig
+from training.schema import OptimConfig, ScheduleConfig
 
 
 def hyper_connection_gains(model: nn.Module) -> list[nn.Parameter]:
@@ -22,10 +22,9 @@ def hyper_connection_projections(model: nn.Module) -> list[nn.Parameter]:
     return [m.beta_fn for m in model.modules() if isinstance(m, HyperConnection) and m.dynamic]
 
 
-def build_optimizer(
-    model: nn.Module, lr: float, betas: tuple[float, float], weight_decay: float, eps: float
-) -> torch.optim.AdamW:
-    """AdamW (Loshchilov & Hutter 2019) with the fused kernel on CUDA.
+def build_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
+    """AdamW (Loshchilov & Hutter 2019) with ``optim``'s lr, betas, eps and weight decay (the run's ``optim`` keys;
+    outside a run ``training.presets.default_optim()``, changed with ``dataclasses.replace``), fused on CUDA.
 
     Weight decay applies to matrices and embeddings (dim >= 2) only: decaying norm gains and
     biases would pull the norms being studied toward zero. Zero-centred gains (``norm.gain=unit_offset``,
@@ -51,9 +50,9 @@ def build_optimizer(
     decayed = [(p.dim() >= 2 and id(p) not in gains) or id(p) in projections for p in model.parameters()]
     decay = [p for p, d in zip(model.parameters(), decayed, strict=True) if d]
     no_decay = [p for p, d in zip(model.parameters(), decayed, strict=True) if not d]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     fused = all(p.is_cuda for p in model.parameters())
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused or None)
 
 
 def build_scheduler(

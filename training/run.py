@@ -114,7 +114,7 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     if is_main:  # the report's parameter columns (analysis.runs.Run.params), and the precision config.yaml's auto chose
         write_status(run_dir, params=model.parameter_counts(), precision=precision)
     telemetry = Telemetry(model, cfg.telemetry)
-    opt = build_optimizer(model, cfg.optim.lr, cfg.optim.betas, cfg.optim.weight_decay, cfg.optim.eps)
+    opt = build_optimizer(model, cfg.optim)
     state: dict[str, Any] = {}
     if ckpt:
         model.load_state_dict(ckpt["model"])

@@ -160,7 +160,8 @@ class ScheduleConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """How hypotheses are searched (the ``decode`` config keys).
+    """How hypotheses are searched (the ``decode`` config keys); the defaults are ``conf/config.yaml``'s, for
+    ``scripts/predict.py``.
 
     Attributes:
         beam_size: hypotheses kept per sentence; 1 is greedy decoding.
@@ -172,7 +173,7 @@ class DecodeConfig:
         ValueError: a value out of range (the message names the key and the valid range).
     """
 
-    beam_size: int = 1
+    beam_size: int = 5
     length_penalty: float = 0.6
     max_len_a: float = 1.0
     max_len_b: int = 8

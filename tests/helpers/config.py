@@ -11,12 +11,20 @@ from omegaconf import DictConfig
 from data.tokenizer import PAD_ID
 from model.config import ModelConfig
 from training.optim import build_optimizer, build_scheduler
+from training.presets import default_optim
 from training.schema import ScheduleConfig, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 TINY = ["model=tiny", "trainer=smoke", "logger=none", "telemetry.every=5"]
+GROUPS = ("model", "norm", "data", "optim", "schedule", "trainer", "logger", "telemetry")  # the preset groups of conf/
+NEEDS = {"data=local": ["data.path=/corpus"]}  # a preset with a required key left to the user
+
+
+def presets() -> list[str]:
+    """``group=name`` of every preset file of :data:`GROUPS`, sorted within each group."""
+    return [f"{g}={p.stem}" for g in GROUPS for p in sorted((ROOT / "conf" / g).glob("*.yaml"))]
 
 
 def compose_conf(*overrides: str, hydra: bool = False) -> DictConfig:
@@ -56,7 +64,7 @@ def scheduled_lrs(peak: float, warmup: int, max_steps: int, n: int, decay: str, 
                   loaded_lr: float | None = None) -> list[float]:  # fmt: skip
     """The lr of updates start + 1 .. start + n of a run's schedule, replayed to ``start`` as a resume
     replays it; ``loaded_lr``: the lr an optimizer state loaded from a checkpoint carries."""
-    opt = build_optimizer(torch.nn.Linear(2, 2), peak, (0.9, 0.98), 0.0, 1e-8)
+    opt = build_optimizer(torch.nn.Linear(2, 2), default_optim(lr=peak))
     if loaded_lr is not None:
         for group in opt.param_groups:
             group["lr"] = group["initial_lr"] = loaded_lr

@@ -23,6 +23,7 @@ from telemetry.config import TelemetryConfig
 from telemetry.parameters import POWER_SEED
 from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
+from training.presets import default_optim
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
@@ -63,7 +64,7 @@ def train_steps(model: EncoderDecoder, every: int, steps: int = 4) -> tuple[list
     torch.manual_seed(0)
     src, tgt_in, tgt_out = batch()
     b = Batch(src, tgt_in, tgt_out, list(range(len(src))), int(tgt_out.ne(0).sum()))
-    opt = build_optimizer(model, 1e-3, (0.9, 0.98), 0.01, 1e-9)
+    opt = build_optimizer(model, default_optim(lr=1e-3))
     sched = build_scheduler(opt, 1e-3, ScheduleConfig(0, "constant"), steps)
     tele = Telemetry(model, TelemetryConfig(every=every, attn_entropy=True, attn_max_logit=True, logits=True))
     losses, stats = [], []
