@@ -24,7 +24,7 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import hydra
 import torch
@@ -85,7 +85,7 @@ def _attempt(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     """``train``'s work once the run dir is held: skip a finished run, else train, recording how it ended."""
     status = read_status(run_dir)
     if cfg.train.resume == "auto" and status.get("state") in DONE and status.get("max_steps") == cfg.trainer.max_steps:
-        changed = finished_run_changes(run_dir, OmegaConf.to_container(cfg, resolve=True))
+        changed = finished_run_changes(run_dir, cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)))
         print(f"normlab: {run_dir} already {status['state']} at step {status['step']}; skipped (train.resume=null reruns it)"
               + (f"; this run's settings differ from it: {changed}" if changed else ""))  # fmt: skip
         return status.get("test", {})
@@ -133,7 +133,7 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                 # Every rank records on the same steps: a rank-0-only schedule would send rank 0 alone
                 # into the logging block's collectives below (a hang). Only rank 0 logs what it saw.
                 record = run.telemetry.due(run.step, tc.max_steps)
-                lr = run.sched.get_last_lr()[0]  # the rate this step's update uses (read before it steps)
+                lr = float(run.sched.get_last_lr()[0])  # the rate this step's update uses (read before it steps)
                 options = replace(run.step_options, step_tokens=batches.n_tgt_tokens, record=record)
                 micro = [b.to(run.device) for b in batches.micro]
                 result = train_step(run.ddp, micro, run.opt, run.sched, run.telemetry, options)

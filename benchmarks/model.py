@@ -14,6 +14,7 @@ import multiprocessing
 import statistics
 import time
 from pathlib import Path
+from typing import TypedDict, cast
 
 import torch
 from torch import nn
@@ -29,8 +30,19 @@ from training.precision import autocast, resolve_precision
 from training.schema import ScheduleConfig
 from training.step import StepOptions, train_step
 
+
+class Size(TypedDict):
+    """The sizes of a model preset, as ``ModelConfig`` takes them."""
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    n_enc_layers: int
+    n_dec_layers: int
+
+
 # Sizes compared: the default model (conf/model/small.yaml) and Transformer-base (conf/model/base.yaml).
-SIZES = {
+SIZES: dict[str, Size] = {
     "small": {"d_model": 128, "n_heads": 4, "d_ff": 512, "n_enc_layers": 3, "n_dec_layers": 3},
     "base": {"d_model": 512, "n_heads": 8, "d_ff": 2048, "n_enc_layers": 6, "n_dec_layers": 6},
 }
@@ -69,9 +81,10 @@ def build(variant: str, size: str, device: torch.device, compile_layers: bool) -
     torch.manual_seed(0)
     impl = "custom" if variant == "custom" else "native"
     cfg = ModelConfig(src_vocab=VOCAB, tgt_vocab=VOCAB, dropout=0.0, max_len=256, norm=NormConfig(impl=impl), **SIZES[size])
-    model = (TorchTransformer(cfg) if variant == "torch" else EncoderDecoder(cfg)).to(device)
+    model = TorchTransformer(cfg) if variant == "torch" else EncoderDecoder(cfg)
+    model.to(device)
     if compile_layers:  # per layer on both sides, as train.py does
-        for layer in model.layers() if variant == "torch" else [*model.encoder, *model.decoder]:
+        for layer in model.layers() if isinstance(model, TorchTransformer) else [*model.encoder, *model.decoder]:
             layer.compile()
     return model
 
@@ -91,7 +104,7 @@ def make_batch(rows: int, src_len: int, tgt_len: int, device: torch.device) -> B
 def stepper(model: nn.Module, batch: Batch, device: torch.device, precision: str):
     opt = build_optimizer(model, 1e-4, (0.9, 0.98), 0.01, 1e-9)
     sched = build_scheduler(opt, 1e-4, ScheduleConfig(0, "constant"), 10**9)
-    tele = Telemetry(model, TelemetryConfig(every=0))
+    tele = Telemetry(cast(EncoderDecoder, model), TelemetryConfig(every=0))  # records nothing: any model will do
     context = autocast(precision, device)  # precision: fp32 or bf16 (trainer.precision, resolved)
 
     def step() -> None:

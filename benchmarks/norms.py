@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from benchmarks.timing import ratio, ratio_row, time_samples
 from data.batching import Batch
@@ -44,7 +44,7 @@ TOKEN_WISE = ["layernorm", "rmsnorm", "scalenorm", "dyt", "dyisru"]  # --kinds' 
 TWINS = ("pre_ln", "post_ln", "pre_rms", "pre_bn")
 
 
-def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
+def fwd_bwd(module: Callable[..., torch.Tensor], x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
     """Forward and backward of ``module`` on x (rows, d); a batch-reading norm gets x as one
     sentence of ``rows`` real tokens (keep all True)."""
     args = (x[None], torch.ones(1, x.shape[0], dtype=torch.bool)) if isinstance(module, BatchReadingNorm) else (x,)
@@ -144,12 +144,19 @@ def bench_step(rounds: int, presets: list[str], clock: str) -> list[dict]:
     return out
 
 
+def yaml_dict(node: DictConfig | ListConfig) -> dict:
+    """A config node as a plain dict, resolved. Raises TypeError for a list."""
+    if not isinstance(tree := OmegaConf.to_container(node, resolve=True), dict):
+        raise TypeError(f"a mapping expected, got {tree!r}")
+    return tree
+
+
 def norm_preset(name: str) -> dict:
     """The ``norm`` keys of preset ``name`` as Hydra composes them (a preset file states only what
     differs from conf/norm_base.yaml), resolved as a run resolves them: powernorm_warmup and powernorm_groups
     interpolate the default config's schedule.warmup_steps and model.n_heads."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm, resolve=True)
+        return yaml_dict(compose("config", overrides=[f"norm={name}"]).norm)
 
 
 def default_model_and_batch(
@@ -158,7 +165,7 @@ def default_model_and_batch(
     """The default model (conf/model/small.yaml, or ``size``'s preset; ``norm`` defaults to the pre_ln preset,
     ``dropout`` and ``attn_dropout`` to the model's) and a CMUdict-shaped batch: 400 words of 10 letters -> 10
     phonemes, the default 4096-token budget."""
-    sizes = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{size}.yaml"))
+    sizes = yaml_dict(OmegaConf.load(ROOT / "conf" / "model" / f"{size}.yaml"))
     if dropout is not None:
         sizes["dropout"] = dropout
     if attn_dropout is not None:

@@ -6,7 +6,7 @@ import statistics
 import torch
 from omegaconf import OmegaConf
 
-from benchmarks.norms import ROOT, default_model_and_batch, make_step
+from benchmarks.norms import ROOT, default_model_and_batch, make_step, yaml_dict
 from benchmarks.timing import ratio_row, time_rounds, time_samples
 from model.dropout import Dropout, with_dropout
 from telemetry.config import TelemetryConfig
@@ -22,9 +22,7 @@ def bench_telemetry(rounds: int, window: int, compile_: bool, dropout: float | N
     on ATen's generator), plus a row ``off, inductor RNG`` compiled with inductor's own RNG: the
     cost of ``fallback_random`` (nonzero only with dropout > 0)."""
     torch._dynamo.config.recompile_limit = 256  # as in bench_norms: several models share the compiled code
-    presets = {
-        p.stem: TelemetryConfig(**OmegaConf.to_container(OmegaConf.load(p))) for p in (ROOT / "conf" / "telemetry").glob("*.yaml")
-    }
+    presets = {p.stem: TelemetryConfig(**yaml_dict(OmegaConf.load(p))) for p in (ROOT / "conf" / "telemetry").glob("*.yaml")}
     order = ["off"] + sorted(set(presets) - {"off"})
     fns = {}
     for name in order:
