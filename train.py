@@ -24,6 +24,7 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import hydra
 import torch
@@ -43,6 +44,9 @@ from training.interrupt import NonFiniteLossError, RunInterrupted, StopRequest, 
 from training.schema import RunConfig, validate
 from training.step import train_step
 from training.sweep import in_multirun, parallel_jobs, sweep_stop_file
+
+if TYPE_CHECKING:  # training.run loads datasets and sacrebleu (seconds): _train imports it once the config checks out
+    from training.run import Run
 
 
 def train(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, float]:
@@ -81,7 +85,7 @@ def _attempt(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     """``train``'s work once the run dir is held: skip a finished run, else train, recording how it ended."""
     status = read_status(run_dir)
     if cfg.train.resume == "auto" and status.get("state") in DONE and status.get("max_steps") == cfg.trainer.max_steps:
-        changed = finished_run_changes(run_dir, OmegaConf.to_container(cfg, resolve=True))
+        changed = finished_run_changes(run_dir, cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)))
         print(f"normlab: {run_dir} already {status['state']} at step {status['step']}; skipped (train.resume=null reruns it)"
               + (f"; this run's settings differ from it: {changed}" if changed else ""))  # fmt: skip
         return status.get("test", {})
@@ -109,7 +113,7 @@ def _attempt(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
 def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     # Imported once the config has checked out: the data and evaluation code loads datasets and sacrebleu
     # (seconds), so a bad override (training.schema) is reported without waiting for them.
-    from training.run import final_test, log_init_loss, save_run, start_run, validate_run
+    from training.run import log_init_loss, save_run, start_run, validate_run
     from training.window import LogWindow
 
     run = start_run(cfg, run_dir, is_main)
@@ -129,7 +133,7 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                 # Every rank records on the same steps: a rank-0-only schedule would send rank 0 alone
                 # into the logging block's collectives below (a hang). Only rank 0 logs what it saw.
                 record = run.telemetry.due(run.step, tc.max_steps)
-                lr = run.sched.get_last_lr()[0]  # the rate this step's update uses (read before it steps)
+                lr = float(run.sched.get_last_lr()[0])  # the rate this step's update uses (read before it steps)
                 options = replace(run.step_options, step_tokens=batches.n_tgt_tokens, record=record)
                 micro = [b.to(run.device) for b in batches.micro]
                 result = train_step(run.ddp, micro, run.opt, run.sched, run.telemetry, options)
@@ -151,25 +155,34 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                 if save or signum:
                     save_run(run)
                 if signum:
-                    name = signal.Signals(signum).name
-                    raise RunInterrupted(f"stopped by {name} after step {run.step}; checkpoint {run_dir / LATEST}; "
-                                         f"continue with: {resume_command(run_dir)}", signum)  # fmt: skip
+                    raise _stopped(signum, f"after step {run.step}; checkpoint {run_dir / LATEST}", run_dir)
                 window.restart()
             if stop.signum and run.world == 1:  # it came after the last step's check: the checkpoint holds that step
-                name = signal.Signals(stop.signum).name
-                raise RunInterrupted(f"stopped by {name} after the last step, before the final test; "
-                                     f"continue with: {resume_command(run_dir)}", stop.signum)  # fmt: skip
-        # The final test only reads the model (checkpoint.pt holds the last step): a signal stops it at once, and a
-        # resume tests again.
-        with StopRequest(at_once=f"during the final test; {resume_hint(run_dir)}"):
-            test = final_test(run)
-            # The other ranks wait for rank 0's test: a rank that tore its gloo group down while rank 0 was still
-            # validating aborted (SIGABRT, "terminate called without an active exception") in a CI run.
-            distributed.wait_for_all()
+                raise _stopped(stop.signum, "after the last step, before the final test", run_dir)
+        test = _final_test(run)
     finally:
         run.logger.close()
     if is_main:
         print_summary(run_dir, run.mcfg, run.step, [("tested", run.tested), *run.task.summary_rows(test, tc.test_max_examples)])
+    return test
+
+
+def _stopped(signum: int, when: str, run_dir: Path) -> RunInterrupted:
+    """The error that ends a run a signal stopped ``when`` (a checkpoint holds the last step), saying how to continue."""
+    name = signal.Signals(signum).name
+    return RunInterrupted(f"stopped by {name} {when}; continue with: {resume_command(run_dir)}", signum)
+
+
+def _final_test(run: "Run") -> dict[str, float]:
+    """``final_test``'s metrics. It only reads the model (checkpoint.pt holds the last step): a signal stops it at once,
+    and a resume tests again."""
+    from training.run import final_test
+
+    with StopRequest(at_once=f"during the final test; {resume_hint(run.run_dir)}"):
+        test = final_test(run)
+        # The other ranks wait for rank 0's test: a rank that tore its gloo group down while rank 0 was still
+        # validating aborted (SIGABRT, "terminate called without an active exception") in a CI run.
+        distributed.wait_for_all()
     return test
 
 

@@ -105,7 +105,7 @@ def load_claims(path: Path) -> ClaimsFile:
 
 def _file(data: object, path: Path) -> ClaimsFile:
     where = f"{path}"
-    mapping(data, where, "the file")
+    data = mapping(data, where, "the file")
     keys(data, TOP_KEYS, TOP_REQUIRED, where)
     _choice(data["written"], WRITTEN, where, "written")
     seeds = data["seeds"]
@@ -125,7 +125,7 @@ def _file(data: object, path: Path) -> ClaimsFile:
 
 
 def _claim(raw: object, where: str, index: int) -> Claim:
-    mapping(raw, where, f"claim {index}")
+    raw = mapping(raw, where, f"claim {index}")
     here = f"{where}: claim {raw.get('id', index)!r}"
     keys(raw, CLAIM_KEYS, CLAIM_REQUIRED, here)
     _choice(raw["direction"], DIRECTIONS, here, "direction")

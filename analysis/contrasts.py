@@ -78,6 +78,7 @@ def compute(spec: dict, path: Path) -> Contrast:
         measure, tables = Measure(csv, metric, PAIR_BY), Tables(path.parent)
         diffs = differences(contrast, minus, measure, tables, here, unfinished="skip")
         diff = of_differences(list(diffs.values()))
+        assert contrast.baseline is not None  # allow_against=False: parse_contrast requires a baseline
         base = side_values(contrast.baseline, measure, tables, here, unfinished="skip") if spec.get("relative") else {}
     except SelectionError as err:  # the selectors' errors, as this module's
         raise err if isinstance(err, ContrastError) else ContrastError(str(err)) from None

@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import OmegaConf
 
@@ -100,7 +100,7 @@ def read_config(path: Path) -> dict[str, Any]:
         tree = OmegaConf.to_container(cfg, resolve=True)
     except Exception:  # an interpolation that does not resolve outside Hydra: keep it as written
         tree = OmegaConf.to_container(cfg, resolve=False)
-    return flatten(with_current_names(tree)) if isinstance(tree, dict) else {}
+    return flatten(with_current_names(cast(dict[str, Any], tree))) if isinstance(tree, dict) else {}  # a config's keys: str
 
 
 def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
@@ -141,8 +141,12 @@ def read_metrics(path: Path, run: Run, n_enc: int | None) -> None:
 
 def _place(m: Metric, n_enc: int) -> int | BlockSite:
     """A block metric's key in its profile: its depth, or its BlockSite for a per-site metric."""
+    assert m.stack is not None and m.layer is not None  # _add_row keeps block metrics only
     at = depth(m.stack, m.layer, n_enc)
-    return at if (m.family, m.site, m.stat) in PROFILES else BlockSite(at, m.block, m.site)
+    if (m.family, m.site, m.stat) in PROFILES:
+        return at
+    assert m.site is not None  # the families of SITE_PROFILES name a site in every block metric
+    return BlockSite(at, f"{m.stack}.{m.layer}", m.site)
 
 
 def _add_row(row: dict[str, Any], series: dict, raw: dict) -> None:

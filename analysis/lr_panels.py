@@ -32,8 +32,8 @@ def lr_loss_lines(family: Family) -> list[Line]:
         return []
     band = family.capped_band
     mean = [m for m, _ in band]
-    lo = [None if e is None else m - e for m, e in band]
-    hi = [None if e is None else m + e for m, e in band]
+    lo = [None if m is None or e is None else m - e for m, e in band]
+    hi = [None if m is None or e is None else m + e for m, e in band]
     hover = [f"n = {n} seed{'s' * (n > 1)}; {family.n_diverged(lr)} run(s) diverged" for lr in family.grid]
     lines = [Line(f"{family.label} (mean ± stderr of {n})", family.label, "mean", family.grid, mean, lo, hi, hover=hover)]
     marks = [(lr, m) for lr, m in zip(family.grid, mean, strict=True) if family.n_diverged(lr)]

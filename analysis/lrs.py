@@ -109,7 +109,9 @@ class SeedGrid:
     @property
     def sensitivity(self) -> float | None:
         """The seed's LRS; None unless its grid is complete, its l0 known and some LR improved on l0."""
-        return lr_sensitivity([c.final_loss for c in self.cells], self.init_loss) if self.complete else None
+        if self.init_loss is None or not self.complete:
+            return None
+        return lr_sensitivity([c.final_loss for c in self.cells], self.init_loss)
 
     @property
     def learned(self) -> bool | None:
@@ -119,7 +121,9 @@ class SeedGrid:
     @property
     def best_loss(self) -> float | None:
         """l* = min over the grid of min(l(eta), l0), what its LRS is measured from; None without an LRS."""
-        return min(c.capped for c in self.cells) if self.sensitivity is not None else None
+        if self.sensitivity is None:
+            return None
+        return min(v for c in self.cells if (v := c.capped) is not None)  # a seed with an LRS knows every one
 
 
 @dataclass
@@ -141,7 +145,7 @@ class Family:
 
     @property
     def values(self) -> list[float]:
-        return [s.sensitivity for s in self.averaged]
+        return [v for s in self.averaged if (v := s.sensitivity) is not None]  # every averaged seed has one
 
     @property
     def mean_stderr(self) -> tuple[float | None, float | None]:
@@ -154,7 +158,8 @@ class Family:
     @property
     def capped_band(self) -> list[tuple[float | None, float | None]]:
         """Per LR of ``grid``: (mean, stderr) over the averaged seeds of min(l(eta), l0), the quantity LRS averages."""
-        return [mean_stderr([s.cells[i].capped for s in self.averaged]) for i in range(len(self.grid))]
+        # an averaged seed knows every capped loss
+        return [mean_stderr([v for s in self.averaged if (v := s.cells[i].capped) is not None]) for i in range(len(self.grid))]
 
     @property
     def not_learned(self) -> list[SeedGrid]:
@@ -171,7 +176,7 @@ class Family:
     @property
     def best_loss_mean(self) -> float | None:
         """The mean over the averaged seeds of l*, the best loss their LRS is measured from; None without one."""
-        return mean_stderr([s.best_loss for s in self.averaged])[0]
+        return mean_stderr([b for s in self.averaged if (b := s.best_loss) is not None])[0]  # each averaged seed has one
 
     @property
     def best_lrs(self) -> list[float]:
@@ -260,7 +265,7 @@ def lr_study(runs: list[Run]) -> LRStudy | None:
         groups.setdefault(config_label(run, keys), []).append(run)
     families, notes = [], []
     for label, members in groups.items():
-        grid = sorted({run_lr(r) for r in members})
+        grid = sorted({lr for r in members if (lr := run_lr(r)) is not None})  # each member has one (with_lr)
         if len(grid) < 2:
             notes.append(f"{label}: runs at one LR only ({grid[0]:g}), no LR sensitivity")
         else:

@@ -99,8 +99,11 @@ def delta_text(diff: PairedDifference, signed: Callable[[float], str]) -> str:
 def quality_metrics(task: TaskSpec) -> dict[str, Getter]:
     """The metrics compared between variants, by the variants table's column key: each test metric of ``task``
     (``test/per``, ``test/wer``; ``test/bleu``, ``test/chrf``) and ``best_val_loss`` (the run's lowest valid loss)."""
-    test_metrics = [f"test/{m.key}" for m in task.metrics]
-    return {**{m: (lambda r, m=m: r.final(m)) for m in test_metrics}, "best_val_loss": lambda r: r.best("val/loss")}
+    return {**{f"test/{m.key}": _final(f"test/{m.key}") for m in task.metrics}, "best_val_loss": lambda r: r.best("val/loss")}
+
+
+def _final(metric: str) -> Getter:
+    return lambda run: run.final(metric)
 
 
 def finished_values(runs: list[Run], get: Getter) -> list[float]:

@@ -53,6 +53,7 @@ def preset_names() -> list[str]:
 def default_choice(group: str) -> str:
     """The option of config group ``group`` (``norm``, ``model``) a run uses unless told: ``conf/config.yaml``'s defaults."""
     defaults = OmegaConf.to_container(OmegaConf.load(CONF / "config.yaml").defaults)
+    assert isinstance(defaults, list)  # Hydra's defaults list
     return next(entry[group] for entry in defaults if isinstance(entry, dict) and group in entry)
 
 
@@ -147,11 +148,11 @@ def resolve_baseline(given: str | None, variants: Sequence[Group], families: Seq
     if name in preset_names():
         # A sweep with an LR axis has one variant per LR for each family: several variants, one family, which is meant.
         named = (("variants", variants), ("families", families))
-        users = {what: [g for g in groups if used_preset(g, name)] for what, groups in named}
-        for group in (users["variants"], users["families"]):
-            if len(group) == 1:
-                return group[0].label, False
-        what, several = next(((w, u) for w, u in users.items() if u), (None, []))
+        using = {what: [g for g in groups if used_preset(g, name)] for what, groups in named}
+        for matched in (using["variants"], using["families"]):
+            if len(matched) == 1:
+                return matched[0].label, False
+        what, several = next(((w, u) for w, u in using.items() if u), (None, []))
         if several:
             labels = ", ".join(repr(shown_label(g.label)) for g in several)
             raise ReportError(f"--baseline {given!r}: norm preset {name} was used by {len(several)} {what}, {labels}; "

@@ -92,8 +92,7 @@ def rerun_value(entry: Mapping[str, Any], runs: Path, readers: Mapping[str, Read
     """
     path, metric = runs / entry["run_dir"], entry["metric"]
     if path.suffix == ".csv":
-        value = committed_cell(csv_rows(path), entry["key"], [], metric)[0]
-        return float(value)
+        return float(committed_cell(csv_rows(path), entry["key"], [], metric)[0])
     if (column := metric_column(metric)[0]) not in readers:
         raise ValueError(f"metric {metric!r}: no reader; the metrics read: {sorted(readers)}")
     if (value := readers[column](load_run(path, entry["run_dir"]), entry["key"])) is None:

@@ -83,8 +83,7 @@ def parse_contrast(raw: dict, csv: str, here: str, allow_against: bool) -> Contr
         SelectionError: not exactly one of baseline and against, an against that is not a number, a selector that is
             not a mapping or selects nothing.
     """
-    at = raw.get("at", {})
-    mapping(at, here, "at")
+    at = mapping(raw.get("at", {}), here, "at")
     has_baseline, has_against = "baseline" in raw, allow_against and "against" in raw
     if has_baseline == has_against:
         valid = "baseline (a selector) or against (a number)" if allow_against else "baseline"
@@ -99,23 +98,24 @@ def parse_contrast(raw: dict, csv: str, here: str, allow_against: bool) -> Contr
 
 def parse_minus(raw: object, csv: str, here: str) -> Contrast:
     """The ``minus`` contrast of an entry (``{arm:, baseline:, at:}``); errors as :func:`parse_contrast`'s."""
-    mapping(raw, here, "minus")
+    raw = mapping(raw, here, "minus")
     keys(raw, MINUS_KEYS, ("arm", "baseline"), f"{here}: minus")
     return parse_contrast(raw, csv, f"{here}: minus", allow_against=False)
 
 
 def _side(raw: object, at: dict, csv: str, here: str, name: str) -> Side:
-    mapping(raw, here, name)
+    raw = mapping(raw, here, name)
     if not raw or set(raw) == {"csv"}:
         raise SelectionError(f"{here}: {name} is {raw!r}; valid: a selector of column: value pairs, e.g. {{family: pre_ln}}")
     where = {**at, **{k: v for k, v in raw.items() if k != "csv"}}
     return Side(str(raw.get("csv", csv)), tuple(where.items()))
 
 
-def mapping(value: object, where: str, name: str) -> None:
-    """Raises SelectionError unless ``value`` (``name`` at ``where``) is a mapping."""
+def mapping(value: object, where: str, name: str) -> dict:
+    """``value`` (``name`` at ``where``), typed as the mapping it is; raises SelectionError unless it is one."""
     if not isinstance(value, dict):
         raise SelectionError(f"{where}: {name} is {value!r}; valid: a mapping of keys to values")
+    return value
 
 
 def keys(raw: dict, allowed: tuple[str, ...], required: tuple[str, ...], where: str) -> None:
@@ -170,6 +170,7 @@ def differences(contrast: Contrast, minus: Contrast | None, measure: Measure, ta
 def _difference(contrast: Contrast, measure: Measure, tables: Tables, here: str, pairs, unfinished) -> dict[str, float]:
     arm = side_values(contrast.arm, measure, tables, here, pairs, unfinished)
     if contrast.baseline is None:
+        assert contrast.against is not None  # a contrast has a baseline or an against (parse_contrast)
         return {k: v - contrast.against for k, v in arm.items()}
     base = side_values(contrast.baseline, measure, tables, here, pairs, unfinished)
     return {k: v - base[k] for k, v in arm.items() if k in base}
@@ -227,8 +228,8 @@ def matches(cell: str, value: object) -> bool:
     if cell == str(value):
         return True
     try:
-        return float(cell) == float(value)
-    except (TypeError, ValueError):
+        return float(cell) == float(str(value))  # a YAML scalar: its text parses as it does in a cell
+    except ValueError:
         return False
 
 

@@ -49,8 +49,8 @@ def site_lines(variant: Variant, profile: str) -> list[Line]:
     batch-reading norm), sites in depth order, then residual order (self-attention, cross-attention, FFN);
     cross-attention's dashed."""
     runs = _recorded(variant, profile)
-    sites = {site for r in runs for rec in r.profile(profile).values() for site in rec}
-    sites = sorted(sites, key=lambda s: (s.depth, *_site_order(s.site)))
+    seen = {site for r in runs for rec in r.profile(profile).values() for site in rec}
+    sites = sorted(seen, key=lambda s: (s.depth, *_site_order(s.site)))
     deepest = max((s.depth for s in sites), default=0)
     lines = []
     for site in sites:

@@ -11,6 +11,7 @@ import math
 import numbers
 import statistics
 from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -18,12 +19,13 @@ from scipy import stats as scipy_stats
 from analysis.runs import Run
 
 Values = list[float | None]  # a series with gaps (None: no finite value)
-Curve = list[tuple[int, float | None]]  # (step, value or None) of one run
+Curve = Sequence[tuple[int, float | None]]  # (step, value or None) of one run
+K = TypeVar("K", bound=Hashable)  # a profile's key: a depth or a BlockSite
 SPREADS = ("minmax", "stderr")
 ZERO_SPREAD_RTOL = 1e-9  # values agreeing to 9 significant digits differ by float rounding, not by seed
 
 
-def curves_band(curves: list[Curve], spread: str = "minmax") -> tuple[list[int], Values, Values, Values, list[int]]:
+def curves_band(curves: Sequence[Curve], spread: str = "minmax") -> tuple[list[int], Values, Values, Values, list[int]]:
     """(steps, mean, lo, hi, n) of ``curves`` (one per run) at every step any of them has. ``n`` counts the
     curves with a finite value at that step; mean, lo and hi are None wherever ``n < len(curves)``, so a
     diverged or stopped seed ends the mean instead of leaving it to the survivors. ``spread`` ``minmax``:
@@ -51,7 +53,9 @@ def _band(values: list[float], spread: str) -> tuple[float | None, float | None,
     if spread == "minmax":
         return float(np.mean(values)), min(values), max(values)
     mean, stderr = mean_stderr(values)
-    return mean, None if stderr is None else mean - stderr, None if stderr is None else mean + stderr
+    if mean is None or stderr is None:  # one value
+        return mean, None, None
+    return mean, mean - stderr, mean + stderr
 
 
 def mean_band(runs: list[Run], metric: str) -> tuple[list[int], Values, Values, Values, list[int]]:
@@ -59,10 +63,10 @@ def mean_band(runs: list[Run], metric: str) -> tuple[list[int], Values, Values, 
     return curves_band([run.series.get(metric, []) for run in runs])
 
 
-def mean_at(records: list[dict[int, dict[Hashable, float]]], step: int) -> dict[Hashable, float]:
+def mean_at(records: list[dict[int, dict[K, float]]], step: int) -> dict[K, float]:
     """key -> the mean of its values at ``step`` over ``records`` (step -> key -> value, one per run);
     a run without ``step``, or without the key there, is left out of that key's mean."""
-    pooled: dict[Hashable, list[float]] = {}
+    pooled: dict[K, list[float]] = {}
     for record in records:
         for key, value in record.get(step, {}).items():
             pooled.setdefault(key, []).append(value)
@@ -105,7 +109,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float
         ValueError: a value is not a finite number (:func:`check_finite`).
     """
     mean, stderr = mean_stderr(list(values))
-    if stderr is None:
+    if mean is None or stderr is None:  # fewer than two values
         return None
     half = float(scipy_stats.t.ppf((1 + confidence) / 2, len(values) - 1)) * stderr
     return mean - half, mean + half

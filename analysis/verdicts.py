@@ -67,11 +67,11 @@ def judge(claims: ClaimsFile, root: Path) -> list[Verdict]:
     """
     tables = Tables(root)
     firsts = [_first(claim, claims, tables) for claim in claims.claims]
-    holm = {}
+    holm: dict[object, float] = {}
     for family in dict.fromkeys(c.family for c in claims.claims):
         members = [i for i, c in enumerate(claims.claims) if c.family == family]
         holm |= holm_levels({i: firsts[i][0].p for i in members}, claims.alpha)
-    return [_final(v, values, holm.get(i)) for i, (v, values) in enumerate(firsts)]
+    return [_final(v, values, holm[i]) for i, (v, values) in enumerate(firsts)]  # every claim is in a family
 
 
 def holm_levels(pvalues: dict[object, float | None], alpha: float) -> dict[object, float]:
@@ -80,7 +80,8 @@ def holm_levels(pvalues: dict[object, float | None], alpha: float) -> dict[objec
     that stopping level. Example: p = 0.01, 0.02, 0.04 at alpha 0.05: 0.01 <= 0.05/3 and 0.02 <= 0.05/2 are
     rejected, 0.04 <= 0.05 too: levels 0.0167, 0.025, 0.05; p = 0.01, 0.04, 0.03: 0.03 > 0.025 stops, so 0.03
     and 0.04 are both held at 0.025."""
-    order = sorted(pvalues, key=lambda k: math.inf if pvalues[k] is None else pvalues[k])
+    ranked = {key: math.inf if p is None else p for key, p in pvalues.items()}
+    order = sorted(pvalues, key=ranked.__getitem__)
     m, levels, stop = len(order), {}, None
     for k, key in enumerate(order):
         level = alpha / (m - k) if stop is None else stop
@@ -97,6 +98,8 @@ def _first(claim: Claim, claims: ClaimsFile, tables: Tables) -> tuple[Verdict, l
     if claim.judged is not None:
         return Verdict(claim, f"not computed: {claim.judged}", m=m), []
     here = f"{claims.path}: claim {claim.id!r}"
+    # a measured claim has them all (load_claims)
+    assert claim.csv is not None and claim.metric is not None and claim.pair_by is not None and claim.contrast is not None
     measure = Measure(claim.csv, claim.metric, claim.pair_by)
     unfinished = "keep" if claim.about_failure else "flag"
     try:
@@ -118,11 +121,12 @@ def _first(claim: Claim, claims: ClaimsFile, tables: Tables) -> tuple[Verdict, l
     return Verdict(claim, "", n=diff.n, m=m, mean=diff.mean, plain=diff.ci95, p=p), values
 
 
-def _final(first: Verdict, values: list[float], level: float | None) -> Verdict:
+def _final(first: Verdict, values: list[float], level: float) -> Verdict:
     """``first`` with its Holm-corrected interval (the t interval at 1 - ``level``) and the verdict it gives."""
     if first.p is None:
         return first
     corrected = of_differences(values, 1 - level).ci95
+    assert corrected is not None  # a tested claim has two or more pairs that differ (_first)
     return Verdict(first.claim, verdict_word(corrected, first.claim.direction), first.n, first.m, first.mean,
                    first.plain, corrected, level, first.p)  # fmt: skip
 

@@ -84,7 +84,7 @@ def job_configs(overrides: list[str]) -> list[tuple[list[str], RunConfig]]:
         raise ValueError(error)
     parser = OverridesParser.create()
     try:
-        fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
+        fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override() and o.input_line]
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             params = compose("config", overrides=fixed, return_hydra_config=True).hydra.sweeper.params or {}
             given_last = [*(f"{k}={v}" for k, v in params.items()), *overrides]  # a key given on the line wins, as in Hydra
@@ -166,7 +166,8 @@ def _estimate_run(cfg: RunConfig, task: "Task", label: str, jobs: int) -> Estima
             decode_flops += times * cfg.decode.beam_size * train_flops(mcfg, rows, longest, steps) / 3
             calls += times * steps
     params = sum(p.numel() for p in model.parameters())
-    return Estimate(label, jobs, (params, params), tuple(step.shapes[0][:3]), counted, formula, tc.max_steps,
+    rows, src_len, tgt_len, _ = step.shapes[0]
+    return Estimate(label, jobs, (params, params), (rows, src_len, tgt_len), counted, formula, tc.max_steps,
                     tc.max_steps * tc.grad_accum / per_epoch, loss_flops, decode_flops, calls)  # fmt: skip
 
 

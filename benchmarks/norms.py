@@ -36,7 +36,7 @@ TOKEN_WISE = [k for k in kinds_where(residual=True, reads_batch=False) if k != "
 TWINS = ("pre_ln", "post_ln", "pre_rms", "pre_bn")
 
 
-def fwd_bwd(module: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
+def fwd_bwd(module: Callable[..., torch.Tensor], x: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
     """Forward and backward of ``module`` on x (rows, d); a batch-reading norm gets x as one
     sentence of ``rows`` real tokens (keep all True)."""
     args = (x[None], torch.ones(1, x.shape[0], dtype=torch.bool)) if isinstance(module, BatchReadingNorm) else (x,)

@@ -16,6 +16,7 @@ import pickle
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import TypeVar
 
 from runlog.atomic import atomic_write
@@ -34,9 +35,16 @@ def fingerprint(parts: Iterable[bytes | str]) -> str:
     return h.hexdigest()[:16]
 
 
-def source_text(*defined: object) -> list[str]:
-    """The text of the source files that define ``defined`` (functions, classes, modules), as fingerprint parts."""
-    return [Path(inspect.getsourcefile(obj)).read_text(encoding="utf-8") for obj in defined]
+def source_text(*defined: Callable | type | ModuleType) -> list[str]:
+    """The text of the source files that define ``defined`` (functions, classes, modules), as fingerprint parts.
+    Raises TypeError for one defined in no Python file (a built-in)."""
+    return [Path(_source_file(obj)).read_text(encoding="utf-8") for obj in defined]
+
+
+def _source_file(obj: Callable | type | ModuleType) -> str:
+    if (path := inspect.getsourcefile(obj)) is None:
+        raise TypeError(f"{obj!r} is defined in no Python source file")
+    return path
 
 
 def cached(path: Path | None, build: Callable[[], T]) -> T:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from datasets import Dataset, load_dataset, load_from_disk
@@ -28,7 +29,7 @@ from data.config import TranslationDataConfig
 SPLITS = ("train", "valid", "test")
 LOCAL_SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}
 # TSV is read with quoting off: a '"' inside a sentence is text, not a field delimiter.
-LOCAL_FORMATS = {
+LOCAL_FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
     ".jsonl": ("json", {}),
     ".json": ("json", {}),
     ".tsv": ("csv", {"delimiter": "\t", "quoting": 3, "keep_default_na": False}),
@@ -124,6 +125,7 @@ def _load_hub(cfg: TranslationDataConfig) -> dict[str, Dataset]:
 
 
 def _load_local(cfg: TranslationDataConfig) -> dict[str, Dataset]:
+    assert cfg.path is not None  # source=local requires it (TranslationDataConfig)
     path = Path(cfg.path).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"data.path={cfg.path!r} is not a directory; give a save_to_disk directory or a "

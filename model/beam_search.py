@@ -67,30 +67,15 @@ def beam_search(
     scores[:, 1:] = float("-inf")  # all k start as the same BOS: expand only the first
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]
     for step in range(max_len):
-        N = len(sentence)
+        last = step == max_len - 1
         logits = model.decode(tokens[:, -1:], memory, src_pad_mask, cache)[:, -1]  # (N * k, V)
-        V = logits.shape[-1]
-        logp = logits.float().log_softmax(-1).view(N, k, V)
-        top_scores, top = (scores[:, :, None] + logp).view(N, k * V).topk(2 * k, dim=1)  # (N, 2k)
-        beam, tok = top // V, top % V  # (N, 2k) source hypothesis and new token of each candidate
+        top_scores, beam, tok = _best_extensions(logits, scores, k)
         is_eos = tok.eq(eos_id)
-        done = is_eos.clone()
-        done[:, k:] = False  # an EOS below the top k is worse than k live hypotheses
-        if step == max_len - 1:
-            done[:, :k] = True
-        for n, j in done.nonzero().tolist():
-            prefix = tokens[n * k + beam[n, j], 1:].tolist()
-            hyp = prefix if is_eos[n, j] else prefix + [int(tok[n, j])]
-            score = float(top_scores[n, j]) / length_penalty(step + 1, alpha)
-            finished[int(sentence[n])].append((score, hyp))
-        if step == max_len - 1:
+        _finish(finished, sentence, tokens, top_scores, beam, tok, is_eos, last, length_penalty(step + 1, alpha))
+        if last:
             break
-        # The first k candidates that do not end in EOS live on (nonzero keeps them in score order).
-        live = ~is_eos & ((~is_eos).cumsum(1) <= k)  # (N, 2k), k True per row
-        cols = live.nonzero()[:, 1].view(N, k)
-        scores = top_scores.gather(1, cols)  # (N, k)
-        rows = (torch.arange(N, device=device)[:, None] * k + beam.gather(1, cols)).view(-1)  # (N * k,)
-        tokens = torch.cat([tokens[rows], tok.gather(1, cols).view(-1, 1)], dim=1)
+        scores, rows, new_tok = _live_extensions(top_scores, beam, tok, is_eos)
+        tokens = torch.cat([tokens[rows], new_tok], dim=1)
         cache.select(rows, cross=False)  # beams move within a sentence, whose memory rows are equal
         searching = torch.tensor([len(finished[int(b)]) < k for b in sentence], device=device)  # (N,)
         if not searching.any():
@@ -101,3 +86,54 @@ def beam_search(
             tokens, memory, src_pad_mask = tokens[keep], memory[keep], src_pad_mask[keep]
             cache.select(keep.nonzero()[:, 0])
     return [max(hyps, key=lambda h: h[0])[1] for hyps in finished]
+
+
+def _best_extensions(logits: torch.Tensor, scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The best 2k one-token extensions of each sentence's k live hypotheses, best first.
+
+    ``logits``: (N * k, V) of the next token; ``scores``: (N, k) log P of each live hypothesis. Returns (N, 2k) each:
+    the extension's summed log P, the live hypothesis (0..k-1) it extends, and its new token."""
+    N, V = scores.shape[0], logits.shape[-1]
+    logp = logits.float().log_softmax(-1).view(N, k, V)
+    top_scores, top = (scores[:, :, None] + logp).view(N, k * V).topk(2 * k, dim=1)  # (N, 2k)
+    return top_scores, top // V, top % V
+
+
+def _finish(
+    finished: list[list[tuple[float, list[int]]]],
+    sentence: torch.Tensor,
+    tokens: torch.Tensor,
+    top_scores: torch.Tensor,
+    beam: torch.Tensor,
+    tok: torch.Tensor,
+    is_eos: torch.Tensor,
+    last: bool,
+    lp: float,
+) -> None:
+    """Append to ``finished`` (per input row: (length-normalized score, ids without BOS and EOS)) the candidates that
+    end here: those of the top k that end in EOS, and on the ``last`` step all of the top k.
+
+    ``sentence``: (N,) input rows; ``tokens``: (N * k, 1 + t); the rest (N, 2k) from ``_best_extensions``; ``lp``:
+    the length penalty of this step's length."""
+    k = tokens.shape[0] // len(sentence)
+    done = is_eos.clone()
+    done[:, k:] = False  # an EOS below the top k is worse than k live hypotheses
+    if last:
+        done[:, :k] = True
+    for n, j in done.nonzero().tolist():
+        prefix = tokens[n * k + beam[n, j], 1:].tolist()
+        hyp = prefix if is_eos[n, j] else prefix + [int(tok[n, j])]
+        finished[int(sentence[n])].append((float(top_scores[n, j]) / lp, hyp))
+
+
+def _live_extensions(
+    top_scores: torch.Tensor, beam: torch.Tensor, tok: torch.Tensor, is_eos: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The next k live hypotheses of each sentence: the first k candidates (N, 2k) that do not end in EOS (nonzero
+    keeps them in score order). Returns their (N, k) scores, the (N * k,) rows of ``tokens`` they extend, and their
+    (N * k, 1) new tokens."""
+    N, k = top_scores.shape[0], top_scores.shape[1] // 2
+    live = ~is_eos & ((~is_eos).cumsum(1) <= k)  # (N, 2k), k True per row
+    cols = live.nonzero()[:, 1].view(N, k)
+    rows = (torch.arange(N, device=beam.device)[:, None] * k + beam.gather(1, cols)).view(-1)  # (N * k,)
+    return top_scores.gather(1, cols), rows, tok.gather(1, cols).view(-1, 1)

@@ -12,8 +12,12 @@ Keep probability: the CPU generator's float ``uniform_`` is ``k * 2^-24`` for k 
 up to the grid, the draw made in float32 whatever the input's dtype (tests/test_dropout.py checks the grid).
 """
 
+from typing import TypeVar
+
 import torch
 from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
 
 
 class Dropout(nn.Dropout):
@@ -39,7 +43,7 @@ class Dropout(nn.Dropout):
         return x * mask
 
 
-def with_dropout(model: torch.nn.Module, kind: type[torch.nn.Dropout]) -> torch.nn.Module:
+def with_dropout(model: M, kind: type[torch.nn.Dropout]) -> M:
     """``model`` with each of its dropouts (``nn.Dropout`` or normlab's ``Dropout``) replaced by a ``kind`` of the
     same p."""
     for module in list(model.modules()):

@@ -74,11 +74,14 @@ def cells(runs: list[Run]) -> dict[Cell, list[Run]]:
     """Every run by (arm, max_tokens), in sorted order.
 
     Raises:
-        ReportError: two runs of one cell with the same seed (a re-run, or a sweep given twice), or one without a seed.
+        ReportError: two runs of one cell with the same seed (a re-run, or a sweep given twice), or one without a seed
+            or without an integer ``trainer.max_tokens``.
     """
     out: dict[Cell, list[Run]] = {}
     for run in runs:
-        cell = (arm(run), run.config.get("trainer.max_tokens"))
+        if not isinstance(tokens := run.config.get("trainer.max_tokens"), int):
+            raise ReportError(f"{run.label}: trainer.max_tokens is {tokens!r}; valid: the integer of its config.yaml")
+        cell = (arm(run), tokens)
         if run.seed is None or run.seed in {r.seed for r in out.get(cell, [])}:
             raise ReportError(f"{run.label}: seed {run.seed!r} is missing or repeated in arm {cell[0]} at {cell[1]} tokens")
         out.setdefault(cell, []).append(run)

@@ -2,6 +2,7 @@
 the page and as a matplotlib PNG, in one colour per variant."""
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -90,8 +91,8 @@ def _error_bars(line: Line) -> dict | None:
     """plotly's ``error_y`` of an ``interval`` line: from ``y`` down to ``lo`` and up to ``hi``; None without them."""
     if line.lo is None or line.hi is None:
         return None
-    up = [None if None in (y, h) else h - y for y, h in zip(line.y, line.hi, strict=True)]
-    down = [None if None in (y, lo) else y - lo for y, lo in zip(line.y, line.lo, strict=True)]
+    up = [None if y is None or h is None else h - y for y, h in zip(line.y, line.hi, strict=True)]
+    down = [None if y is None or lo is None else y - lo for y, lo in zip(line.y, line.lo, strict=True)]
     return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "width": 6}
 
 
@@ -106,7 +107,7 @@ def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(9, 5))
     for line in panel.lines:
         x, y, color = np.asarray(line.x, dtype=float), np.asarray(line.y, dtype=float), line_color(line, colors)
-        lone = {"marker": "o", "ms": 5, "markevery": line.isolated} if line.isolated else {}
+        lone: dict[str, Any] = {"marker": "o", "ms": 5, "markevery": line.isolated} if line.isolated else {}
         if line.role == "run":
             ax.plot(x, y, color=color, lw=0.8, alpha=0.4, **lone)
         elif line.role == "mean":
@@ -131,8 +132,8 @@ def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
     if panel.log_x:
         ax.set_xscale("log")
     if panel.note:  # at the centre of an empty chart, else at the bottom, under the lines
-        y, va = (0.5, "center") if not panel.lines else (0.01, "bottom")
-        ax.text(0.5, y, panel.note, ha="center", va=va, transform=ax.transAxes, color="#666", wrap=True)
+        at, va = (0.5, "center") if not panel.lines else (0.01, "bottom")
+        ax.text(0.5, at, panel.note, ha="center", va=va, transform=ax.transAxes, color="#666", wrap=True)
     ax.set(title=panel.title, xlabel=panel.xlabel, ylabel=panel.ylabel)
     if n_labels := len(ax.get_legend_handles_labels()[0]):  # one block per line: more columns
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2 if n_labels < 12 else 4, frameon=False)

@@ -86,7 +86,7 @@ def lrs_columns(baseline: Family | None = None, params: bool = False) -> list[tu
     only: ``lrs.csv`` is rebuilt from ``lr_sensitivity.csv`` alone, which holds no counts."""
 
     def delta(f: Family) -> tuple:
-        diff = lrs_versus(f, baseline)
+        diff = lrs_versus(f, baseline) if baseline else None
         return (None, "") if diff is None else (diff.mean, delta_text(diff, lambda x: f"{x:+.4f}"))
 
     compared = [("lrs:delta", f"LRS Δ vs {shown_label(baseline.label)}: mean [95% CI] (pairs)", delta)] if baseline else []
@@ -127,7 +127,7 @@ def family_rows(study: LRStudy, baseline: Family | None = None) -> list[tuple]:
         paired = (None,) * 5 if diff is None else (diff.mean, *(diff.ci95 or (None, None)), diff.n, diff.significant)
         uncompared = diff.note if diff is not None and diff.note.startswith(GRIDS_DIFFER) else ""
         note = "; ".join(n for n in (lrs_note_field(f), uncompared) if n)
-        left_out = None if diff is None else len(not_learned_pairs(f, baseline))
+        left_out = None if diff is None or baseline is None else len(not_learned_pairs(f, baseline))
         degenerate = diff.degenerate if diff is not None and diff.n > 1 else None  # no test with fewer than two pairs
         rows.append((f.label, len(f.values), *f.mean_stderr, *ci, per_seed(f), f.best_lr, baseline and baseline.label, *paired,
                      f.best_loss_mean, len(f.not_learned), note, left_out, degenerate))  # fmt: skip

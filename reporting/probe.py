@@ -131,6 +131,7 @@ def write_probe(result: dict, out: Path) -> list[Path]:
     """``out/probe.json`` and the three PNGs; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     safe = json_safe(json.loads(json.dumps(result)))  # int depth keys become strings, as on reading back
+    assert isinstance(safe, dict)  # json_safe keeps a dict a dict
     (out / "probe.json").write_text(json.dumps(safe, indent=1), encoding="utf-8")
     paths = [out / "probe.json"]
     for name, plot in (("layer_drop", plot_layer_drop), ("angular_distance", plot_angles), ("output_change", plot_output_change)):

@@ -29,7 +29,8 @@ def regime_row(r: Regime, step: int) -> list[object]:
 def summary_line(r: Regime, step: int, baseline: str) -> str:
     """The line printed per (preset, fraction): runs used of those run, mean valid loss and saturation at ``step``, and
     the mean paired difference from ``baseline`` (absolute and relative) where there is one."""
-    vs = "" if r.diff is None else f"  vs {baseline}: {r.diff.mean:+.3f} ({100 * r.rel_diff:+.1f} %)" if r.diff.n else ""
+    # rel_diff is set wherever there are pairs
+    vs = "" if r.diff is None or r.rel_diff is None else f"  vs {baseline}: {r.diff.mean:+.3f} ({100 * r.rel_diff:+.1f} %)"
     sat, loss = (_shown(_mean(values)) for values in (r.saturation, r.val_loss))
     return (f"fraction {r.fraction:g}  {r.preset:<10} n {len(r.val_loss)}/{r.runs}  val loss {loss}  "
             f"saturation@{step} {sat}{vs}")  # fmt: skip

@@ -136,10 +136,14 @@ def variant_columns(task: TaskSpec, baseline: Variant | None = None) -> list[Col
         count_col("diverged", lambda r: r.diverged),
         *params_columns(baseline),
         *(col for key, shown in metric_display(task).items() for col in compared_cols(key, *shown)),
-        *(mean_col(f"spike_score_{s}", SPIKE_HEADERS[s], lambda r, s=s: r.spike_score(s), _fmt_pct) for s in SERIES),
+        *(mean_col(f"spike_score_{s}", SPIKE_HEADERS[s], _spike_score(s), _fmt_pct) for s in SERIES),
         mean_col("wall_s", "wall time", lambda r: r.wall_s, _fmt_time),
         mean_col("tokens_per_s", "tokens/s", lambda r: r.tokens_per_s, _fmt_rate),
     ]
+
+
+def _spike_score(series: str) -> Getter:
+    return lambda run: run.spike_score(series)
 
 
 def params_columns(baseline: Variant | Family | None = None) -> list[Column]:
@@ -257,7 +261,7 @@ def write_curves(path: Path, variants: list[Variant], task: TaskSpec) -> None:
     write_csv(path, ["variant", "run", "step", *metrics], rows)
 
 
-def growth_html(rows: list[dict[str, object]]) -> str:
+def growth_html(rows: list[dict[str, Any]]) -> str:
     """The depth-growth table under the depth charts: per variant (``data-growth``), each stack's growth at its first and
     last telemetry record (``data-col`` ``enc:first``, ..., ``data-value`` the mean) as ``mean ± stderr (n = k, step s)``,
     under a note defining it and linking the two CSVs; "" without rows (no telemetry)."""

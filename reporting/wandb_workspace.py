@@ -5,6 +5,7 @@ from pathlib import Path
 
 import wandb_workspaces.reports.v2 as wr
 import wandb_workspaces.workspaces as ws
+from wandb_workspaces.reports.v2.interface import PanelTypes
 
 from analysis.load import ReportError, find_run_dirs, read_config
 from analysis.variants import NORM_KEYS
@@ -30,7 +31,7 @@ MAX_RUNS = 100  # runs a panel draws; a sweep is usually 10-50
 
 def line(title: str, metrics: list[str], log_y: bool = False) -> wr.LinePlot:
     """A line plot of ``metrics`` vs step, each runset group drawn as its mean with a min-max band."""
-    return wr.LinePlot(title=title, x="Step", y=metrics, log_y=log_y or None, groupby_aggfunc="mean",
+    return wr.LinePlot(title=title, x="Step", y=[*metrics], log_y=log_y or None, groupby_aggfunc="mean",
                        groupby_rangefunc="minmax", max_runs_to_show=MAX_RUNS)  # fmt: skip
 
 
@@ -43,7 +44,8 @@ def stability_sections(n_enc_layers: int, n_dec_layers: int) -> list[ws.Section]
     """Per block, its attentions' max logits and its matrices' spectral norms; then the output logits'
     ``out/`` and the optimizer state's ``optim/below_eps`` (one panel each)."""
     layout = ws.SectionLayoutSettings(columns=max(1, min(n_enc_layers, 4)), rows=2)
-    max_logit, sigma_max = [], []
+    max_logit: list[PanelTypes] = []
+    sigma_max: list[PanelTypes] = []
     for stack, i in blocks(n_enc_layers, n_dec_layers):
         logits = [attn_max_logit(stack, i, a) for a in ATTENTIONS if a in _residuals(stack)]
         max_logit.append(line(f"{logits[0].block} attention max logit", [m.name for m in logits]))
@@ -62,7 +64,7 @@ def task_section(task: TaskSpec) -> ws.Section:
     """The task's metrics: ``val/<key>`` vs step for each, the headline first, and a bar chart of the test metrics."""
     ordered = sorted(task.metrics, key=lambda m: m.key != task.headline)
     tests = [f"test/{m.key}" for m in task.metrics]
-    bars = wr.BarPlot(title=" and ".join(tests), metrics=tests, orientation="v", groupby_aggfunc="mean",
+    bars = wr.BarPlot(title=" and ".join(tests), metrics=[*tests], orientation="v", groupby_aggfunc="mean",
                       groupby_rangefunc="minmax", max_runs_to_show=MAX_RUNS)  # fmt: skip
     return ws.Section(name=" / ".join(m.label for m in ordered), is_open=True,
                       panels=[*(line(f"val/{m.key}", [f"val/{m.key}"]) for m in ordered), bars])  # fmt: skip
@@ -140,6 +142,6 @@ def outline(workspace: ws.Workspace) -> str:
     """A few lines naming the workspace's sections and panels."""
     lines = [f"{workspace.name}: {workspace.entity}/{workspace.project}"]
     for section in workspace.sections:
-        titles = ", ".join(p.title or "?" for p in section.panels)
+        titles = ", ".join(getattr(p, "title", None) or "?" for p in section.panels)  # a markdown panel has none
         lines.append(f"  {section.name} ({len(section.panels)}): {titles}")
     return "\n".join(lines)

@@ -132,7 +132,7 @@ class Metric:
     stack: str | None
     layer: int | None = None
     site: str | None = None
-    stat: str | None = None
+    stat: str = ""  # always given (an empty stat is refused); the default only lets it follow the optional fields
 
     def __post_init__(self) -> None:
         _check("family", self.family, FAMILIES)
@@ -159,6 +159,7 @@ class Metric:
             raise ValueError(f"a {self.family} metric needs a layer, got None")
         _check("site", self.site, _BLOCK_SITES_OF.get(self.family, (None,)))
         if self.family == "scale":  # a temperature belongs to an attention, a gain to a norm or a gate
+            assert self.site is not None  # checked against the scale sites just above
             _check(f"stat at {self.site}", self.stat, SCALE_SITE_STATS[self.site])
 
     @property
@@ -237,7 +238,9 @@ def site_name(stack: str, layer: int | None, site: str) -> str:
     """``{stack}.{layer}.{site}``, or ``{stack}.{site}`` for a stack site (layer None): the site part of every
     ``act`` metric there (``enc.0.ffn.norm_in``, ``dec.final_norm``), for results kept per site outside telemetry
     (``training.probes.batch_dependence``). Raises ValueError as :func:`act` does."""
-    return act(stack, layer, site, "rms").where
+    where = act(stack, layer, site, "rms").where
+    assert where is not None  # an act metric has a stack
+    return where
 
 
 def grad_norm(stack: str, layer: int) -> Metric:
@@ -341,10 +344,11 @@ def blocks(n_enc_layers: int, n_dec_layers: int) -> Iterator[tuple[str, int]]:
         yield from ((stack, i) for i in range(n))
 
 
-def n_enc_layers_seen(seen: Iterable[tuple[str, int]]) -> int:
-    """1 + the largest encoder block index among the (stack, layer) pairs ``seen`` (0 when none): the
-    encoder's depth as far as the data shows, for :func:`depth` when the model config is not at hand."""
-    return 1 + max((layer for stack, layer in seen if stack == "enc"), default=-1)
+def n_enc_layers_seen(seen: Iterable[tuple[str | None, int | None]]) -> int:
+    """1 + the largest encoder block index among the (stack, layer) pairs ``seen`` (0 when none; a pair without a
+    layer, a stack site's, counts for nothing): the encoder's depth as far as the data shows, for :func:`depth` when
+    the model config is not at hand."""
+    return 1 + max((layer for stack, layer in seen if stack == "enc" and layer is not None), default=-1)
 
 
 def depth_profile(stats: dict[str, float], stat: str = "rms") -> dict[str, list[tuple[int, float]]]:
@@ -355,9 +359,11 @@ def depth_profile(stats: dict[str, float], stat: str = "rms") -> dict[str, list[
     (embed, final_norm) are left out.
     """
     parsed = ((parse(k), v) for k, v in stats.items())
-    found = [(m, v) for m, v in parsed if m and m.family == "act" and m.layer is not None and m.stat == stat]
-    n_enc = n_enc_layers_seen((m.stack, m.layer) for m, _ in found)
+    # (stack, layer, site, value); a block's act metric has all three
+    found = [(m.stack, m.layer, m.site, v) for m, v in parsed if m and m.family == "act" and m.stat == stat]
+    blocks = [(stack, layer, site, v) for stack, layer, site, v in found if stack and layer is not None and site]
+    n_enc = n_enc_layers_seen((stack, layer) for stack, layer, _, _ in blocks)
     lines: dict[str, list[tuple[int, float]]] = {}
-    for m, value in found:
-        lines.setdefault(m.site, []).append((depth(m.stack, m.layer, n_enc), value))
+    for stack, layer, site, value in blocks:
+        lines.setdefault(site, []).append((depth(stack, layer, n_enc), value))
     return lines

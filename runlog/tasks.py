@@ -99,8 +99,6 @@ class TaskSpec:
         return cls(**{**d, "metrics": tuple(MetricSpec(**m) for m in d["metrics"])})
 
 
-_PERCENT = {"scale": 100.0, "unit": "%"}  # fractions, shown in percent
-_HIGHER = {"higher_is_better": True}
 TASKS = {
     spec.name: spec
     for spec in (
@@ -109,10 +107,11 @@ TASKS = {
         TaskSpec(
             "g2p",
             (
-                MetricSpec("per", "PER", **_PERCENT),
-                MetricSpec("wer", "WER", **_PERCENT),
-                MetricSpec("per_1ref", "1-ref PER", **_PERCENT),
-                MetricSpec("wer_1ref", "1-ref WER", **_PERCENT),
+                # fractions, shown in percent
+                MetricSpec("per", "PER", scale=100.0, unit="%"),
+                MetricSpec("wer", "WER", scale=100.0, unit="%"),
+                MetricSpec("per_1ref", "1-ref PER", scale=100.0, unit="%"),
+                MetricSpec("wer_1ref", "1-ref WER", scale=100.0, unit="%"),
             ),
             "per",
             "data.config:CmudictDataConfig",
@@ -121,7 +120,7 @@ TASKS = {
         # sacreBLEU corpus BLEU and chrF of the detokenized text (0-100)
         TaskSpec(
             "translation",
-            (MetricSpec("bleu", "BLEU", **_HIGHER), MetricSpec("chrf", "chrF", **_HIGHER)),
+            (MetricSpec("bleu", "BLEU", higher_is_better=True), MetricSpec("chrf", "chrF", higher_is_better=True)),
             "bleu",
             "data.config:TranslationDataConfig",
         ),

@@ -1,5 +1,5 @@
-"""Issue 12 item 3: per-head norm sites on queries, keys and values inside attention (off by default);
-issue 13: l2 QK-norm with a learned temperature."""
+"""Per-head norm sites on queries, keys and values inside attention (off by default), and l2 QK-norm with a learned
+temperature."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""docs/results.md's verdicts are the computed ones (issue 37): every generated block is recomputed from its claims
+"""docs/results.md's verdicts are the computed ones: every generated block is recomputed from its claims
 file and compared word for word; no verdict word stands in hand-written prose (the rule at the top of the page); a
 claims file written before its runs is older in ``git log`` than every CSV it reads; the format docs/sweeps.md
 gives loads; ``python -m scripts.verdicts`` writes, checks and refuses bad input with one line."""

@@ -100,7 +100,7 @@ def test_a_printed_command_gives_hydra_the_run_dir_unchanged(run_dir):
 
 
 def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_path):
-    # issue 21 item 1: the job's run dir holds "=" and ","; the command once failed in Hydra's parser.
+    # the job's run dir holds "=" and ","; the command once failed in Hydra's parser.
     sweep_dir = tmp_path / "s"
     cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SMOKE, "trainer.max_steps=60",
            f"hydra.sweep.dir={sweep_dir}"]  # fmt: skip
@@ -133,7 +133,7 @@ def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_pat
 
 
 def test_ctrl_c_during_start_up_is_one_line_and_exits_130(tmp_path):
-    # issue 21 item 2: a SIGINT before the loop once printed a KeyboardInterrupt traceback and no resume line.
+    # a SIGINT before the loop once printed a KeyboardInterrupt traceback and no resume line.
     run_dir = tmp_path / "run"
     # SIGINT as a terminal delivers it: a suite started in the background (``cmd &`` in a script) passes SIGINT
     # on ignored, and a Python started with it ignored never turns it into KeyboardInterrupt.

@@ -207,7 +207,7 @@ def test_each_norm_preset_states_only_what_differs_from_the_base():
 
 
 def test_help_lists_the_norm_presets_and_not_their_base():
-    # issue 20 item 7: the base the presets start from was a member of the norm group, so --help offered it.
+    # the base the presets start from was a member of the norm group, so --help offered it.
     done = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     (norm,) = [line for line in done.stdout.splitlines() if line.startswith("norm: ")]

@@ -1,4 +1,4 @@
-"""Issue 11 item 10: why tied DeepNorm sits at the unigram loss in a short tiny run (docs/norms.md).
+"""Why tied DeepNorm sits at the unigram loss in a short tiny run (docs/norms.md).
 
 Not a normlab defect (the same init through microsoft/torchscale behaves the same): DeepNet's
 beta-scaled branches leave the decoder output close to LN(its input embedding), so a tied

@@ -1,4 +1,4 @@
-"""Issue 24: Derf (Chen et al. 2025, arXiv 2512.10938; code zlab-princeton/Derf) and the per-site alpha init and
+"""Derf (Chen et al. 2025, arXiv 2512.10938; code zlab-princeton/Derf) and the per-site alpha init and
 learned embedding scale of the official DyT / Derf language-model code, pinned to their constants and formulas."""
 
 import math

@@ -1,4 +1,5 @@
-"""The README stays short and its links, and every relative link of docs/*.md, lead somewhere.
+"""The README stays short, its map of the code names every module, and its links, and every relative link of
+docs/*.md, lead somewhere.
 
 A link's target file must exist, and its ``#anchor`` must be a heading of that file (GitHub's
 slugs: lower case, punctuation dropped, spaces to hyphens).
@@ -13,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+# The packages whose every module the README's map of the code names (train.py is a line of its own).
+MAPPED = ["model", "training", "telemetry", "runlog", "analysis", "reporting", "benchmarks", "data", "scripts", "hydra_plugins"]
 
 
 def slug(heading: str) -> str:
@@ -42,6 +45,31 @@ def test_readme_is_at_most_150_lines_and_starts_with_the_two_commands():
     assert setup + "python -m pytest -q" in ci
     # the style and the types are checked before the tests, with the settings of pyproject.toml
     assert -1 < ci.index("ruff check . && ruff format --check . && mypy\n") < ci.index(setup + "python -m pytest -q")
+
+
+def code_map() -> dict[str, set[str]]:
+    """The README's map of the code: each row's first word (``model/``, ``train.py``) -> the words of that row and
+    of the indented lines under it, a ``.py`` dropped (``tasks/g2p.py`` -> ``tasks/g2p``)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Map of the code") :]
+    start = section.index("```\n") + 4
+    block = section[start : section.index("```", start)]
+    rows: dict[str, set[str]] = {}
+    for line in block.splitlines():
+        if not line.startswith(" "):
+            head, _, line = line.partition(" ")
+            rows[head] = set()
+        rows[head] |= {w.removesuffix(".py") for w in re.findall(r"[\w/]+(?:\.py)?", line)}
+    return rows
+
+
+def test_the_readme_map_of_the_code_names_every_module():
+    rows = code_map()
+    assert "train.py" in rows and set(MAPPED) <= {head.rstrip("/") for head in rows}
+    for package in MAPPED:
+        modules = {p.relative_to(ROOT / package).with_suffix("").as_posix() for p in (ROOT / package).rglob("*.py")}
+        missing = {m for m in modules if not m.endswith("__init__")} - rows[f"{package}/"]
+        assert not missing, f"README's map of the code: {package}/ does not name {sorted(missing)}"
 
 
 def test_readme_links_every_docs_page():

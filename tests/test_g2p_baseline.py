@@ -20,7 +20,7 @@ STUDY = ROOT / "docs" / "results" / "g2p_baseline"
 DEFAULT = STUDY / "default_recipe"
 RUNS = {STUDY: ["+experiment=g2p_baseline"], DEFAULT: []}  # report folder: its command's overrides (seed 0's)
 (SECTION,) = [s for s in sections() if s.startswith("## The G2P baseline")]
-HOUR = 3600.0  # issue 38's budget for one run of the recipe on 2 quiet cores, in seconds
+HOUR = 3600.0  # the budget set for one run of the recipe on 2 quiet cores, in seconds
 
 
 def config(folder: Path) -> dict:

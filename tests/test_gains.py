@@ -1,4 +1,4 @@
-"""Issue 24 item 2: zero-centred gains (``norm.gain=unit_offset``, ``model.gains``): the gain stored as w and applied
+"""Zero-centred gains (``norm.gain=unit_offset``, ``model.gains``): the gain stored as w and applied
 as 1 + w. The model computes at init exactly what plain gains compute, its gradients are the same numbers, the
 stored parameter has its own name, the native norms take it, telemetry reports the effective gain, and under
 normlab's optimizer (no weight decay on gains) both train alike; with decay they would not."""

@@ -1,4 +1,4 @@
-"""Issue 24 items 2-3: the ``olmo2`` and ``gemma3`` presets against the Hugging Face modeling code (transformers
+"""The ``olmo2`` and ``gemma3`` presets against the Hugging Face modeling code (transformers
 5.23.0, ``models/olmo2/modeling_olmo2.py``, ``models/gemma3/modeling_gemma3.py``) on copied weights.
 
 Compared: each RMSNorm (Olmo2RMSNorm vs ``rmsnorm``; Gemma3RMSNorm, ``x_hat * (1 + w)`` in float32, vs ``rmsnorm``

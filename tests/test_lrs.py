@@ -341,7 +341,7 @@ def test_report_with_a_family_baseline_adds_the_paired_lrs_difference(lr_sweep: 
         report_page.build_report([root], tmp_path / "bad", baseline="norm.placement=none")
 
 
-# Issue 20 item 1: three families through the report, one that trains (TRAINS: LRS 0.5, 0.7, 0.9 at l0 = 5.0, as
+# Three families through the report, one that trains (TRAINS: LRS 0.5, 0.7, 0.9 at l0 = 5.0, as
 # POST above), one that diverges at every LR (DIVERGES: each run logged val/loss 2.3 at step 50, then diverged at 61)
 # and one that ends at l0 at every LR (STALLS). By the formula the last two would score LRS 0, the best possible.
 TRAINS, DIVERGES, STALLS = "norm.placement=pre", "norm.placement=post", "norm.placement=sandwich"

@@ -1,4 +1,4 @@
-"""Issue 12 items 1-2: placement records, per-block norm plans, and behaviour pinned to the code before them."""
+"""Placement records, per-block norm plans, and behaviour pinned to the code before them."""
 
 import hashlib
 import math
@@ -19,7 +19,7 @@ V = 43
 NATIVE = ("deepnorm", "post_ln", "post_rms", "pre_ln", "pre_rms", "sandwich_ln")
 PRESETS = ("no_norm", "pre_dyt", "pre_scalenorm", *NATIVE)
 
-# Recorded from commit 5a4f03d (main before issue 12) with this file's `fingerprint`: sha256 of the initial
+# Recorded from commit 5a4f03d (main before norm plans) with this file's `fingerprint`: sha256 of the initial
 # state dict (names, shapes, dtypes, bytes) for seed 0; and, for `model=tiny`, float64 (sum, sum of squares)
 # of the logits and the sum of squared gradients on a fixed batch. The state dict must match bit for bit;
 # the forward/backward sums are checked to 1e-6 relative (before and after matched bit for bit on the recording
@@ -230,7 +230,7 @@ def test_old_checkpoints_model_config_matches_the_default_plan():
     new = ModelConfig(src_vocab=V, tgt_vocab=V).to_dict()
     added = ("qk", "v", "blocks", "mix_ln_alpha", "gain", "qk_scope")
     old = {**new, "norm": {k: v for k, v in new["norm"].items() if k not in added}}
-    assert config_diff(ModelConfig.from_dict(old).to_dict(), new) == ""  # a checkpoint from before issue 12 resumes
+    assert config_diff(ModelConfig.from_dict(old).to_dict(), new) == ""  # a checkpoint from before norm plans resumes
     planned = ModelConfig(
         src_vocab=V, tgt_vocab=V, norm=NormConfig(blocks=[{"stack": "enc", "layers": [0], "placement": "post"}])
     )

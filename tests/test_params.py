@@ -1,4 +1,4 @@
-"""Parameter counts (issue 24): what a run records in status.json, the report's parameter columns and ratio to the
+"""Parameter counts: what a run records in status.json, the report's parameter columns and ratio to the
 baseline, and ``scripts.match_params`` at the LR-sensitivity study size."""
 
 import csv

@@ -44,7 +44,7 @@ def test_train_flops_counts_each_hyper_connection_kind_as_the_counter_does(kind)
     unseen = 2 * n * D * B * (2 * cfg.n_enc_layers * S + 3 * cfg.n_dec_layers * T) if kind == "dynamic" else 0
     assert train_flops(cfg, B, S, T) == counter.get_total_flops() + unseen
     share = 3 * hyper_connection_flops(cfg, B, S, T) / train_flops(cfg, B, S, T)
-    # What perf/mfu left out until issue 37 (docs/scale.md)
+    # What perf/mfu once left out: the hyper-connections' share of a step (docs/scale.md)
     assert share == pytest.approx({"static": 0.12, "dynamic": 0.23, "mhc": 0.43}[kind], abs=0.005)
 
 

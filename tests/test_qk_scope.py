@@ -1,4 +1,4 @@
-"""Issue 24 item 3: ``norm.qk_scope``: QK-norm per head over d_head (Gemma 3, Qwen3) or over the full projected
+"""``norm.qk_scope``: QK-norm per head over d_head (Gemma 3, Qwen3) or over the full projected
 width d_model before the head split (OLMo 2), written by hand here and compared with the model's attention."""
 
 import math

@@ -278,7 +278,7 @@ def test_the_loss_at_initialization_starts_the_validation_curve_but_is_never_the
 
 
 def test_the_divergence_step_is_status_json_s_field_and_older_runs_fall_back_to_their_first_null_loss(tmp_path: Path) -> None:
-    # issue 20 item 7: the step was parsed out of the error message with a regex.
+    # the step was once parsed out of the error message with a regex.
     rows = metric_rows(1.0, 0, None, diverge_at=20)
     status = {"state": "diverged", "step": 20, "max_steps": 100, "error": "NonFiniteLossError: worded otherwise", "test": None}
     new = load_run(write_run(tmp_path / "new", config("pre", "layernorm", 0), rows, {**status, "diverged_step": 17}), "new")

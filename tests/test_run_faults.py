@@ -1,4 +1,4 @@
-"""A run dir under bad input and faults (issue 37 §3, numbers 1 and 15-21): each case stops with one line that names
+"""A run dir under bad input and faults: each case stops with one line that names
 what is wrong, or recovers, and a run dir that is refused stays as it was."""
 
 import json

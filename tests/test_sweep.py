@@ -103,7 +103,7 @@ def test_the_parallel_launcher_runs_jobs_side_by_side(tmp_path):
 
 
 def test_sigint_stops_a_parallel_sweep_with_checkpoints_and_the_same_command_resumes_it(tmp_path):
-    # issue 20 item 6: SIGINT to the sweep's parent (Ctrl-C sends it to every process of the group; the
+    # SIGINT to the sweep's parent (Ctrl-C sends it to every process of the group; the
     # parent alone is the harder case: the workers must learn of it from the parent).
     cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SMOKE, "logger=none", "trainer.max_steps=40", "seed=0,1",
            "hydra/launcher=local_parallel", f"hydra.sweep.dir={tmp_path / 's'}"]  # fmt: skip

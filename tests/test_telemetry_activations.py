@@ -136,7 +136,7 @@ def test_docs_say_for_every_act_site_whether_it_is_read_before_or_after_a_norm()
     assert all(row[1] and row[2] for row in rows)  # before / after, and the gain
 
 
-# Issue 13: the variants' norm sites (placement, its norm keys). rezero and tfixup have no norm site.
+# The 2023-2026 variants' norm sites (placement, its norm keys). rezero and tfixup have no norm site.
 VARIANT_SITES = {
     "lns": {},
     "mix_ln": {"mix_ln_alpha": 0.5},  # 1 of 2 blocks per stack post-LN

@@ -182,7 +182,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path, mo
     assert ckpt["step"] == 5
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
     status = json.loads((tmp_path / "status.json").read_text())
-    assert status["state"] == "diverged" and status["diverged_step"] == 8  # what the report reads (issue 20 item 7)
+    assert status["state"] == "diverged" and status["diverged_step"] == 8  # what the report reads
 
 
 def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:

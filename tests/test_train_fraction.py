@@ -1,4 +1,4 @@
-"""data.train_fraction (issue 26, DyT's data regime): a seeded subset of CMUdict's training words, nested across
+"""data.train_fraction (DyT's data regime): a seeded subset of CMUdict's training words, nested across
 fractions, every pronunciation of a chosen word kept; vocabularies, validation and test as with the whole split."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Issue 13: the 2023-2026 variants compute their papers' formulas, with their constants pinned.
+"""The 2023-2026 variants compute their papers' formulas, with their constants pinned.
 
 Each formula is written here by hand from the paper / official code (docs/norms.md, "The 2023-2026
 variants") and compared with the model's own forward pass; the constants are the issue's numbers,
@@ -174,8 +174,8 @@ def test_layernorm_scaling_damps_the_three_decoder_branches_alike():
     """Each branch's damping (:func:`lns_branch_damping`), mean over 3 seeds. The FFN's is 1/sqrt(4) = 0.5 exactly
     (ReLU is positively homogeneous, biases start at 0); an attention's is 0.5 times the RMS change of its output when
     its logits shrink by 1/l (q and k, or q and the memory, both scaled), 0.95-1.0 over 10 seeds (self 0.493 and cross
-    0.489 on average, docs/norms.md): hence 0.5 within -10 % / +2 %. Scaling the queries only gave cross-attention
-    0.98 (issue 20 item 4)."""
+    0.489 on average, docs/norms.md): hence 0.5 within -10 % / +2 %. Scaling the queries only, as normlab once did, gave
+    cross-attention 0.98."""
     runs = [lns_branch_damping(seed) for seed in range(3)]
     mean = {r: sum(run[r] for run in runs) / len(runs) for r in runs[0]}
     assert mean["ffn"] == pytest.approx(0.5, abs=1e-6)

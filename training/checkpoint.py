@@ -23,7 +23,7 @@ import hashlib
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from omegaconf import OmegaConf
@@ -69,11 +69,12 @@ def finished_run_changes(run_dir: Path, config: dict[str, Any]) -> str:
     path = run_dir / "config.yaml"
     if not path.is_file():
         return ""
-    old = with_current_names(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    old = with_current_names(cast(dict[str, Any], OmegaConf.to_container(OmegaConf.load(path), resolve=True)))
     if model := config_diff(_model(old), _model(config), was="finished run"):
         raise ResumeRefused(f"{run_dir} holds a finished run of another model ({model}); nothing was changed there: "
                             "give this run another hydra.run.dir, or train.resume=null to replace that run")  # fmt: skip
-    return config_diff(*({k: v for k, v in c.items() if k not in MODEL_SECTIONS} for c in (old, config)), was="finished run")
+    old_rest, new_rest = ({k: v for k, v in c.items() if k not in MODEL_SECTIONS} for c in (old, config))
+    return config_diff(old_rest, new_rest, was="finished run")
 
 
 def _model(config: dict[str, Any]) -> dict[str, Any]:

@@ -64,6 +64,7 @@ class RankZeroHydraFiles(Callback):
         # Hydra's run_job reads both after this callback, from this same config (and turns an exception raised
         # here into a warning).
         logging = OmegaConf.to_container(config.hydra.job_logging)  # interpolations kept, resolved by Hydra
+        assert isinstance(logging, dict)  # a logging config is a mapping
         handlers = logging.get("handlers") or {}
         files = {name for name, handler in handlers.items() if "filename" in handler}
         with read_write(config.hydra):

@@ -65,7 +65,7 @@ def hyper_connection_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: 
     """Forward FLOPs of the hyper-connections (``cfg.norm.hc``) over the batch's (batch, src_len) / (batch,
     tgt_len) tokens: every sublayer's mixing weights and mixing, and mhc's two heads (module docstring); 0 without."""
     n, D, kind = cfg.residual_streams, cfg.d_model, cfg.norm.hc
-    if kind is None:
+    if kind is None or n is None:  # (ModelConfig gives hyper-connections their streams)
         return 0
     per_sublayer = {
         "static": 2 * n * (n + 1) * D,

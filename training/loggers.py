@@ -41,7 +41,7 @@ def wandb_mode() -> str:
         return "online"
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
     try:
-        return "online" if netrc.netrc().authenticators(host) else "offline"
+        return "online" if netrc.netrc().authenticators(host or "") else "offline"  # no host: netrc's default entry
     except (FileNotFoundError, netrc.NetrcParseError):
         return "offline"
 
@@ -72,7 +72,7 @@ class MetricsLogger:
                 atomic_write(path, lambda f: f.write(kept.encode()))
             self._file = path.open("a", encoding="utf-8")
         self._wandb = None
-        if wandb_run is not None:
+        if wandb_run is not None and run_dir is not None:  # no run dir: nothing written, wandb's run id included
             self._wandb = start_wandb(run_dir, wandb_run, resume_step, last_logged)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

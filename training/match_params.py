@@ -3,6 +3,7 @@ baseline's parameter count is closest to a candidate's, counted on models built 
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -127,7 +128,8 @@ def match_params(
 
     def count_at(value: int) -> int:
         if value not in counts:
-            counts[value] = count(replace(base, **{field: value}))["total"]
+            changed: dict[str, Any] = {field: value}
+            counts[value] = count(replace(base, **changed))["total"]
         return counts[value]
 
     try:

@@ -15,12 +15,13 @@ own cost between ops.
 """
 
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from torch import nn
 from torch.autograd import profiler
+from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile
 
 # Printed in this order; every op's self time lands in exactly one.
@@ -94,7 +95,7 @@ def op_category(name: str, context: str | None) -> str:
     return context or "other ops"
 
 
-def event_categories(events) -> Iterator[tuple[object, str]]:
+def event_categories(events) -> Iterator[tuple[FunctionEvent, str]]:
     """Each event of a profiler's ``events()`` with its category of ``CATEGORIES`` (never ``host``). A backward
     op takes the category of the range that held the forward op of its autograd node."""
     forward: dict[int, str | None] = {}  # sequence_nr of a forward op -> its range's category
@@ -111,9 +112,9 @@ def event_categories(events) -> Iterator[tuple[object, str]]:
         yield e, op_category(e.name, context)
 
 
-def categorize(events) -> Counter:
+def categorize(events) -> defaultdict[str, float]:
     """Self CPU time in microseconds per category (``event_categories``) of a profiler's ``events()``."""
-    totals: Counter = Counter()
+    totals: defaultdict[str, float] = defaultdict(float)
     for e, category in event_categories(events):
         totals[category] += e.self_cpu_time_total
     return totals

@@ -99,9 +99,9 @@ class LogWindow:
         run.counters["wall_s"] += elapsed
         run.counters["tgt_tokens"] += self.tokens
         mfu = {"perf/mfu": self.flops / elapsed / (run.peak_flops * run.world)} if run.peak_flops else {}
-        losses = {"train/loss": loss / self.steps, **({"train/z_loss": z_loss / self.steps} if self.z_loss else {})}
+        train = {"train/loss": loss / self.steps, **({"train/z_loss": z_loss / self.steps} if self.z_loss else {})}
         return {
-            **losses, **run.spikes.metrics(), "optim/lr": lr, "optim/grad_norm": norm, "optim/grad_norm_clipped": norm_clipped,
+            **train, **run.spikes.metrics(), "optim/lr": lr, "optim/grad_norm": norm, "optim/grad_norm_clipped": norm_clipped,
             "perf/tokens_per_s": self.tokens / elapsed, "perf/step_ms": 1000 * elapsed / self.steps, **mfu,
             "mem/peak_gib": peak_memory_gib(run.device), **stats,
         }, int(signum)  # fmt: skip
