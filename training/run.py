@@ -64,8 +64,8 @@ class Run:
     best: BestCheckpoint | None = None  # trainer.test_checkpoint=best: the best validation so far (training/best.py)
     average: LastCheckpoints | None = None  # trainer.average_last: the snapshots averaged (training/average.py)
     tested: str = LAST_STEP_TESTED  # what the final test scored: status.json's ``tested``, the summary's first row
-    # Built by start_run once the pieces are loaded: the schedule and the logger start at the loaded step, and
-    # compiling or wrapping the model first would rename its state dict's keys.
+    # Built by start_run (set_off) once the pieces are loaded: the schedule is replayed to the loaded step and the
+    # logger rewrites the rows past it, so neither can exist before the step is known.
     ddp: nn.Module = field(init=False)  # the model, wrapped in DistributedDataParallel when world > 1
     sched: torch.optim.lr_scheduler.LRScheduler = field(init=False)
     logger: MetricsLogger = field(init=False)
