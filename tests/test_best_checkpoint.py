@@ -39,7 +39,7 @@ def test_a_stale_or_missing_best_checkpoint_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no validation ran"):
         best.weights(tmp_path)
     best.consider(tmp_path, 5, {"per": 0.5}, {"config": {}, "model": {}})
-    best.load_state({"metric": "val/per", "value": 0.4, "step": 10})  # a checkpoint says step 10; the file is step 5's
+    best.load_state_dict({"metric": "val/per", "value": 0.4, "step": 10})  # a checkpoint says step 10; the file is step 5's
     with pytest.raises(ValueError, match="is of step 5, but this run's best is step 10"):
         best.weights(tmp_path)
 

@@ -52,11 +52,12 @@ class BestCheckpoint:
         """``{"metric": "val/per", "value": ..., "step": ...}``: what status.json and checkpoints keep."""
         return {"metric": f"val/{self.metric.key}", "value": self.value, "step": self.step}
 
-    def load_state(self, saved: dict[str, Any] | None) -> None:
-        """Continue from a checkpoint's ``best`` entry (None: a checkpoint written before it, or before any
-        validation: the best starts afresh)."""
-        if saved and saved.get("step") is not None:
-            self.step, self.value = saved["step"], saved["value"]
+    state_dict = record  # the record is all of its state: a resumed run compares against it
+
+    def load_state_dict(self, saved: dict[str, Any], /) -> None:
+        """Continue from a checkpoint's ``best`` entry (:meth:`record`; a step of None: saved before any validation,
+        so the best starts afresh)."""
+        self.step, self.value = saved["step"], saved["value"]
 
     def weights(self, run_dir: Path) -> dict[str, torch.Tensor]:
         """The state dict of ``run_dir/best.pt``.

@@ -1,14 +1,14 @@
 """Checkpoints written atomically, verified on read, with the previous one kept as a fallback.
 
-A checkpoint is one ``torch.save`` dict: ``config`` (resolved run config), ``model_config``
-(plain dict), ``model``, ``optimizer``, ``step``, ``data_position`` (epoch, next batch), ``rng``
-(a list with one entry per rank: that rank's torch CPU, its own CUDA device's and Python ``random``
-states; a single dict in checkpoints written before per-rank streams), ``counters`` (training seconds and tokens so far),
-``spikes`` (the spike scores' running state, ``training.spikes.RunSpikes``; absent from checkpoints
-written before spike scores), ``telemetry`` (each weight matrix's power-iteration vector,
-``telemetry.Telemetry.state_dict``; absent from checkpoints written before it), ``task`` and
-``vocab`` (see ``training/tasks/``) and ``format``. The learning-rate schedule is not stored: it
-is a function of (config, step), re-planned on resume.
+A checkpoint is one ``torch.save`` dict: what checks and rebuilds the run before anything loads (``config``, the
+resolved run config; ``model_config``, a plain dict; ``task`` and ``vocab``, see ``training/tasks/``), one entry per
+stateful piece of the run, each registered once in ``training.run.Run.pieces`` (``model``, ``optimizer``, ``rng``:
+a list with one entry per rank, that rank's torch CPU, its own CUDA device's and Python ``random`` states;
+``step``; ``data_position``: epoch, next batch; ``counters``: training seconds and tokens so far; ``spikes``: the
+spike scores' running state, ``training.spikes.RunSpikes``; ``telemetry``: each weight matrix's power-iteration
+vector; ``best``: the best validation so far or None), and ``format``. What older checkpoints lack or hold in
+another form is read as today's by ``runlog/migrate.py``. The learning-rate schedule is not stored: it is a
+function of (config, step), re-planned on resume.
 
 On disk a run dir holds ``checkpoint.pt`` (latest), ``checkpoint.prev.pt`` (the one before) and a
 ``.sha256`` file next to each. A write goes to a temp file, is fsynced, and only then renamed
@@ -31,11 +31,10 @@ from omegaconf import OmegaConf
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
 from runlog.atomic import atomic_write
+from runlog.migrate import migrate_checkpoint
 from runlog.renames import with_current_names
 
 FORMAT = "normlab-checkpoint-v2"
-KEYS = ("config", "model_config", "model", "optimizer", "step", "data_position", "rng", "counters", "spikes", "telemetry",
-        "vocab")  # fmt: skip
 LATEST, PREVIOUS = "checkpoint.pt", "checkpoint.prev.pt"
 MODEL_SECTIONS = ("model", "norm")  # the config sections a run's model is built from
 
@@ -96,13 +95,12 @@ def rng_state(device: torch.device) -> dict[str, Any]:
     return state
 
 
-def set_rng_state(saved: list[dict[str, Any]] | dict[str, Any], rank: int, world: int, device: torch.device) -> None:
+def set_rng_state(states: list[dict[str, Any]], rank: int, world: int, device: torch.device) -> None:
     """Restore rank ``rank``'s streams from a checkpoint's ``rng`` entry (one state per rank).
 
-    A checkpoint written by another number of ranks (or before per-rank states, a single dict)
-    cannot continue every rank's stream: rank r then takes state ``r mod n`` and a warning says that
-    the resumed run is not bit-exact (its data shards differ too)."""
-    states = saved if isinstance(saved, list) else [saved]
+    A checkpoint written by another number of ranks (or before per-rank states: ``runlog.migrate`` makes its
+    single dict a list of one) cannot continue every rank's stream: rank r then takes state ``r mod n`` and a
+    warning says that the resumed run is not bit-exact (its data shards differ too)."""
     if len(states) != world and rank == 0:
         print(f"normlab: warning: the checkpoint holds RNG streams of {len(states)} rank(s), this run has {world}: "
               "training continues, but not exactly as the interrupted run would have")  # fmt: skip
@@ -123,15 +121,8 @@ def _sha256(path: Path) -> str:
 
 
 def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` (must hold every key in ``KEYS``) as ``run_dir/checkpoint.pt``; the checkpoint
-    it replaces becomes ``checkpoint.prev.pt``. Returns the path written.
-
-    Raises:
-        KeyError: a required key is missing.
-    """
-    missing = [k for k in KEYS if k not in state]
-    if missing:
-        raise KeyError(f"checkpoint state lacks {missing}")
+    """Write ``state`` (``training.run.save_run``'s: every registered piece) as ``run_dir/checkpoint.pt``; the
+    checkpoint it replaces becomes ``checkpoint.prev.pt``. Returns the path written."""
     run_dir.mkdir(parents=True, exist_ok=True)
     latest, previous, staged = run_dir / LATEST, run_dir / PREVIOUS, run_dir / f".{LATEST}.new"
     atomic_write(staged, lambda f: torch.save({"format": FORMAT, **state}, f))
@@ -146,8 +137,8 @@ def save_checkpoint(run_dir: Path, state: dict[str, Any]) -> Path:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read and verify a checkpoint written by :func:`save_checkpoint`, onto the CPU; its ``config``
-    uses today's key names (``runlog.renames``).
+    """Read and verify a checkpoint written by :func:`save_checkpoint` (or ``best.pt``), onto the CPU, as today's
+    normlab writes it: older entries and config keys migrated (``runlog.migrate.migrate_checkpoint``).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -167,8 +158,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"checkpoint {str(path)!r} is truncated or corrupt ({type(e).__name__}: {e})") from e
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         raise ValueError(f"{str(path)!r} is not a normlab checkpoint (expected format {FORMAT!r})")
-    ckpt["config"] = with_current_names(ckpt["config"])  # one written before a key was renamed
-    return ckpt
+    return migrate_checkpoint(ckpt)
 
 
 def load_latest_good(path: Path) -> tuple[dict[str, Any], Path]:

@@ -25,7 +25,7 @@ from telemetry.recorder import Telemetry
 from training import distributed
 from training.average import AVERAGED, LastCheckpoints, remove_snapshots
 from training.best import BEST, BestCheckpoint
-from training.checkpoint import LATEST, ResumeRefused, config_diff, resolve_resume, rng_state, save_checkpoint, set_rng_state
+from training.checkpoint import LATEST, ResumeRefused, config_diff, resolve_resume, save_checkpoint
 from training.evaluate import evaluate_loss
 from training.flops import peak_flops
 from training.loggers import MetricsLogger
@@ -33,6 +33,7 @@ from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast, resolve_precision
 from training.schema import RunConfig
 from training.spikes import RunSpikes
+from training.state import Field, RankRngs, Stateful, load_state, save_state
 from training.step import StepOptions
 from training.sweep import sweep_group
 from training.tasks import Task, build_task
@@ -40,9 +41,8 @@ from training.tasks import Task, build_task
 
 @dataclass
 class Run:
-    """One training run: its config, where it writes, the model and everything that trains it,
-    and the counters that a checkpoint carries (``step``, ``data_position``, ``counters``, ``spikes``, and
-    ``telemetry``'s power-iteration vectors)."""
+    """One training run: its config, where it writes, the model and everything that trains it, and the pieces a
+    checkpoint carries (:meth:`pieces`)."""
 
     cfg: RunConfig
     run_dir: Path
@@ -52,11 +52,8 @@ class Run:
     mcfg: ModelConfig
     task: Task
     model: EncoderDecoder
-    ddp: nn.Module  # the model, wrapped in DistributedDataParallel when world > 1
     opt: torch.optim.Optimizer
-    sched: torch.optim.lr_scheduler.LRScheduler
     telemetry: Telemetry
-    logger: MetricsLogger
     step_options: StepOptions
     peak_flops: float | None  # device peak FLOP/s for MFU; None on CPU
     step: int = 0
@@ -67,6 +64,22 @@ class Run:
     best: BestCheckpoint | None = None  # trainer.test_checkpoint=best: the best validation so far (training/best.py)
     average: LastCheckpoints | None = None  # trainer.average_last: the snapshots averaged (training/average.py)
     tested: str = LAST_STEP_TESTED  # what the final test scored: status.json's ``tested``, the summary's first row
+    # Built by start_run (set_off) once the pieces are loaded: the schedule is replayed to the loaded step and the
+    # logger rewrites the rows past it, so neither can exist before the step is known.
+    ddp: nn.Module = field(init=False)  # the model, wrapped in DistributedDataParallel when world > 1
+    sched: torch.optim.lr_scheduler.LRScheduler = field(init=False)
+    logger: MetricsLogger = field(init=False)
+
+    def pieces(self) -> dict[str, Stateful | None]:
+        """Each piece of this run that a checkpoint carries, under its checkpoint entry: registered here once, for
+        ``save_run`` and a resume alike (``training.state``). None: a piece this run does not keep (``best``
+        without ``trainer.test_checkpoint=best``), saved as None."""
+        return {
+            "model": self.model, "optimizer": self.opt, "rng": RankRngs(self.device, self.world),
+            "step": Field(self, "step", int), "data_position": Field(self, "data_position", tuple),
+            "counters": Field(self, "counters", dict), "spikes": self.spikes, "telemetry": self.telemetry,
+            "best": self.best,
+        }  # fmt: skip
 
 
 def resolve_device(name: str) -> torch.device:
@@ -89,7 +102,6 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     """
     tc = cfg.trainer
     device = distributed.local_device(resolve_device(tc.device))
-    world = distributed.world_size()
     precision = resolve_precision(tc.precision, device)  # what trainer.precision=auto chose: in status.json and the log
     ckpt, resumed_from = resolve_resume(cfg.train.resume, run_dir) or (None, None)
     # Each rank reads the checkpoint itself: a node that does not see the run dir (or sees an old copy) would train on
@@ -115,46 +127,53 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
         write_status(run_dir, params=model.parameter_counts(), precision=precision)
     telemetry = Telemetry(model, cfg.telemetry)
     opt = build_optimizer(model, cfg.optim)
-    state: dict[str, Any] = {}
+    world = distributed.world_size()
+    options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip,
+                          autocast=autocast(precision, device), z_loss=cfg.optim.z_loss)  # fmt: skip
+    best = BestCheckpoint(task.spec.metric(task.spec.headline)) if tc.test_checkpoint == "best" else None
+    average = LastCheckpoints(tc.average_last, tc.checkpoint_every, tc.max_steps) if tc.average_last else None
+    run = Run(cfg, run_dir, is_main, device, world, mcfg, task, model, opt, telemetry, options,
+              peak_flops(device, tc.peak_tflops), best=best, average=average)  # fmt: skip
     if ckpt:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        set_rng_state(ckpt["rng"], distributed.rank(), world, device)
-        state = {"step": ckpt["step"], "data_position": tuple(ckpt["data_position"]), "counters": ckpt["counters"],
-                 "last_good": f"{resumed_from} (step {ckpt['step']})"}  # fmt: skip
-        changed = config_diff(ckpt["config"], cfg.resolved)
-        print(f"normlab: resuming from step {ckpt['step']} (checkpoint {resumed_from})"
-              + (f" with changed settings: {changed}" if changed else ""))  # fmt: skip
-        if "spikes" in ckpt:  # absent from checkpoints written before spike scores: those then cover the steps after it
-            state["spikes"] = RunSpikes()
-            state["spikes"].load_state_dict(ckpt["spikes"])
-        if "telemetry" in ckpt:  # absent from checkpoints written before it: the power iterations then start afresh
-            telemetry.load_state_dict(ckpt["telemetry"])
-    if tc.test_checkpoint == "best":
-        state["best"] = BestCheckpoint(task.spec.metric(task.spec.headline))
-        state["best"].load_state(ckpt.get("best") if ckpt else None)
-    if tc.average_last:
-        state["average"] = LastCheckpoints(tc.average_last, tc.checkpoint_every, tc.max_steps)
-        if is_main:  # snapshots past the checkpoint's step, or no longer due: a straight run would not hold them
-            state["average"].prune(run_dir, ckpt["step"] if ckpt else 0)
-    step = state.get("step", 0)
-    sched = build_scheduler(opt, cfg.optim.lr, cfg.schedule, tc.max_steps, start_step=step)
+        resume(run, ckpt, resumed_from)
+    if run.average and is_main:  # snapshots past the checkpoint's step, or no longer due: a straight run would not hold them
+        run.average.prune(run_dir, run.step)
+    set_off(run, precision)
+    return run
+
+
+def resume(run: Run, ckpt: dict[str, Any], resumed_from: Path) -> None:
+    """Load every piece of ``run`` (:meth:`Run.pieces`) from ``ckpt``, read from ``resumed_from``, and say so.
+
+    Raises:
+        ValueError: ``ckpt`` lacks an entry of a piece (``training.state.load_state``).
+    """
+    load_state(run.pieces(), ckpt, resumed_from)
+    run.last_good = f"{resumed_from} (step {run.step})"
+    changed = config_diff(ckpt["config"], run.cfg.resolved)
+    print(f"normlab: resuming from step {run.step} (checkpoint {resumed_from})"
+          + (f" with changed settings: {changed}" if changed else ""))  # fmt: skip
+
+
+def set_off(run: Run, precision: str) -> None:
+    """What starts at ``run.step`` (0, or the loaded one): the schedule replayed to it, the model compiled and wrapped
+    for DDP where asked, and the logger, which rewrites the rows past it; prints the run's one-line description."""
+    cfg, tc, model = run.cfg, run.cfg.trainer, run.model
+    run.sched = build_scheduler(run.opt, cfg.optim.lr, cfg.schedule, tc.max_steps, start_step=run.step)
     if cfg.schedule.warmup_steps >= tc.max_steps:
         print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} >= trainer.max_steps={tc.max_steps}: "
               f"the whole run warms up (to step {tc.max_steps}), no decay")  # fmt: skip
     if tc.compile:
         model.compile_layers()
-    if world > 1:  # norms that read the batch take their statistics over every rank's tokens
+    if run.world > 1:  # norms that read the batch take their statistics over every rank's tokens
         model.set_norm_group(torch.distributed.group.WORLD)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else model
-    options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip,
-                          autocast=autocast(precision, device), z_loss=cfg.optim.z_loss)  # fmt: skip
-    logger = MetricsLogger(run_dir if is_main else None, wandb_run(cfg, run_dir) if is_main else None, resume_step=step)
+    ddp = run.device.index if run.device.type == "cuda" else None
+    run.ddp = DistributedDataParallel(model, device_ids=[ddp] if ddp is not None else None) if run.world > 1 else model
+    run.logger = MetricsLogger(run.run_dir if run.is_main else None, wandb_run(cfg, run.run_dir) if run.is_main else None,
+                               resume_step=run.step)  # fmt: skip
     print(f"normlab: {model.parameter_counts()['total'] / 1e6:.2f}M parameters{hyper_connection_note(model)}, norm "
-          f"{mcfg.norm.placement}/{mcfg.norm.kind}/{mcfg.norm.impl}, device {device} x {world}, {precision}, "
-          f"run dir {run_dir}")  # fmt: skip
-    return Run(cfg, run_dir, is_main, device, world, mcfg, task, model, ddp, opt, sched, telemetry, logger,
-               options, peak_flops(device, tc.peak_tflops), **state)  # fmt: skip
+          f"{run.mcfg.norm.placement}/{run.mcfg.norm.kind}/{run.mcfg.norm.impl}, device {run.device} x {run.world}, "
+          f"{precision}, run dir {run.run_dir}")  # fmt: skip
 
 
 def refuse_unfit(ckpt: dict[str, Any], resumed_from: Path, max_steps: int) -> None:
@@ -231,10 +250,15 @@ def validate_run(run: Run) -> str:
     return f"val loss {val['val/loss']:.3f}{batch_stats}, {run.task.describe(scores)}{best}"
 
 
+def header(run: Run) -> dict[str, Any]:
+    """What a checkpoint holds to check and rebuild the run before any piece loads (``start_run``): the resolved
+    config, the model config, the task and its vocabularies."""
+    return {"config": run.cfg.resolved, "model_config": run.mcfg.to_dict(), **run.task.checkpoint_state()}
+
+
 def weights(run: Run) -> dict[str, Any]:
-    """What a weights-only checkpoint (``best.pt``) holds besides its step: config, model config, weights, task."""
-    return {"config": run.cfg.resolved, "model_config": run.mcfg.to_dict(), "model": run.model.state_dict(),
-            **run.task.checkpoint_state()}  # fmt: skip
+    """What a weights-only checkpoint (``best.pt``) holds besides its step: the :func:`header` and the weights."""
+    return {**header(run), "model": run.model.state_dict()}
 
 
 def log_init_loss(run: Run) -> None:
@@ -247,18 +271,12 @@ def save_run(run: Run) -> None:
     """Checkpoint the run (rank 0 writes; every rank hands in its own RNG streams, a collective, so
     every rank calls this on the same steps) and record its progress in ``status.json`` (step, time,
     throughput, spike scores so far: the last checkpoint, at ``trainer.max_steps``, holds the run's)."""
-    rngs = distributed.all_gather_object(rng_state(run.device))
+    state = save_state(run.pieces())  # on every rank: the rng piece gathers every rank's streams
     if not run.is_main:
         return
     if run.average:  # before checkpoint.pt: a kill between the two leaves a snapshot the resumed run writes again
         run.average.save(run.run_dir, run.step, weights(run))
-    save_checkpoint(run.run_dir, {
-        "config": run.cfg.resolved, "model_config": run.mcfg.to_dict(),
-        "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "step": run.step,
-        "data_position": run.data_position, "rng": rngs, "counters": run.counters, "spikes": run.spikes.state_dict(),
-        "telemetry": run.telemetry.state_dict(), **run.task.checkpoint_state(),
-        "best": run.best.record() if run.best else None,
-    })  # fmt: skip
+    save_checkpoint(run.run_dir, {**header(run), **state})
     wall, tokens = run.counters["wall_s"], run.counters["tgt_tokens"]
     write_status(run.run_dir, step=run.step, wall_s=wall, tokens_per_s=tokens / max(wall, 1e-9), **run.spikes.status())
     run.last_good = f"{run.run_dir / LATEST} (step {run.step})"

@@ -34,8 +34,8 @@ def restored_vocabularies(name: str, resume: dict[str, Any] | None) -> tuple[Tok
     """
     if resume is None:
         return None
-    if resume.get("task", "g2p") != name:  # checkpoints written before tasks existed are G2P
-        raise ResumeRefused(f"train.resume: the checkpoint is of task {resume.get('task', 'g2p')!r}, this run of {name!r}; "
+    if resume["task"] != name:  # runlog.migrate: checkpoints written before tasks existed are G2P
+        raise ResumeRefused(f"train.resume: the checkpoint is of task {resume['task']!r}, this run of {name!r}; "
                          "resume with the same data")  # fmt: skip
     return Tokenizer.from_str(resume["vocab"]["src"]), Tokenizer.from_str(resume["vocab"]["tgt"])
 
