@@ -86,8 +86,10 @@ def _attempt(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     status = read_status(run_dir)
     if cfg.train.resume == "auto" and status.get("state") in DONE and status.get("max_steps") == cfg.trainer.max_steps:
         changed = finished_run_changes(run_dir, cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True)))
-        print(f"normlab: {run_dir} already {status['state']} at step {status['step']}; skipped (train.resume=null reruns it)"
-              + (f"; this run's settings differ from it: {changed}" if changed else ""))  # fmt: skip
+        print(
+            f"normlab: {run_dir} already {status['state']} at step {status['step']}; skipped (train.resume=null reruns it)"
+            + (f"; this run's settings differ from it: {changed}" if changed else "")
+        )
         return status.get("test", {})
     if is_main and (job := slurm.job_record()):  # which SLURM job, and how many requeues, this attempt is
         write_status(run_dir, slurm=job)
@@ -118,8 +120,8 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
 
     run = start_run(cfg, run_dir, is_main)
     tc = cfg.trainer
-    stream = train_stream(run.task.data["train"], tc.max_tokens, cfg.seed, *run.data_position,
-                          rank=distributed.rank(), world=run.world, accum=tc.grad_accum)  # fmt: skip
+    shard = {"rank": distributed.rank(), "world": run.world, "accum": tc.grad_accum}  # this rank's share of each step
+    stream = train_stream(run.task.data["train"], tc.max_tokens, cfg.seed, *run.data_position, **shard)
     window = LogWindow(run.device, z_loss=run.step_options.z_loss > 0)
     run.model.train()
     try:
@@ -212,8 +214,10 @@ def main(cfg: DictConfig) -> None:
     # A stopped sweep (training/sweep.py) starts no further job, and its stopped jobs return to it.
     stop = sweep_stop_file()
     if signum := read_stop(stop):
-        print(f"normlab: sweep stopped by {signal.Signals(signum).name}; {HydraConfig.get().runtime.output_dir} not started",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"normlab: sweep stopped by {signal.Signals(signum).name}; {HydraConfig.get().runtime.output_dir} not started",
+            file=sys.stderr,
+        )
         return
     if (jobs := parallel_jobs()) > 1:  # side-by-side jobs each take their share of the cores
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))

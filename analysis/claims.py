@@ -30,8 +30,23 @@ WRITTEN = ("before the runs", "after the runs")
 DIRECTIONS = ("lower", "higher", "none")
 TOP_KEYS = ("section", "written", "seeds", "alpha", "claims", "reference")
 TOP_REQUIRED = ("section", "written", "seeds", "alpha", "claims")
-CLAIM_KEYS = ("id", "claim", "source", "family", "csv", "metric", "pair_by", "arm", "baseline", "direction", "minus",
-              "at", "against", "about_failure", "judged")  # fmt: skip
+CLAIM_KEYS = (
+    "id",
+    "claim",
+    "source",
+    "family",
+    "csv",
+    "metric",
+    "pair_by",
+    "arm",
+    "baseline",
+    "direction",
+    "minus",
+    "at",
+    "against",
+    "about_failure",
+    "judged",
+)
 CLAIM_REQUIRED = ("id", "claim", "source", "family", "direction")
 MEASURED_REQUIRED = ("csv", "metric", "pair_by", "arm")  # and baseline or against
 
@@ -120,8 +135,7 @@ def _file(data: object, path: Path) -> ClaimsFile:
     ids = [c.id for c in claims]
     if len(set(ids)) != len(ids):
         raise ClaimsError(f"{where}: claim id {next(i for i in ids if ids.count(i) > 1)!r} is repeated; ids are unique")
-    return ClaimsFile(path, str(data["section"]), data["written"], tuple(seeds), float(alpha), claims,
-                      data.get("reference"))  # fmt: skip
+    return ClaimsFile(path, str(data["section"]), data["written"], tuple(seeds), float(alpha), claims, data.get("reference"))
 
 
 def _claim(raw: object, where: str, index: int) -> Claim:
@@ -134,15 +148,31 @@ def _claim(raw: object, where: str, index: int) -> Claim:
         extra = sorted(set(raw) - {*CLAIM_REQUIRED, "judged", "csv", "metric"})
         if extra:
             raise ClaimsError(f"{here}: a judged claim has no {extra[0]!r}; valid: {', '.join(CLAIM_REQUIRED)}, csv, metric")
-        return Claim(**common, csv=raw.get("csv"), metric=raw.get("metric"), pair_by=None, contrast=None, minus=None,
-                     about_failure=False, judged=str(raw["judged"]))  # fmt: skip
+        return Claim(
+            **common,
+            csv=raw.get("csv"),
+            metric=raw.get("metric"),
+            pair_by=None,
+            contrast=None,
+            minus=None,
+            about_failure=False,
+            judged=str(raw["judged"]),
+        )
     keys(raw, CLAIM_KEYS, MEASURED_REQUIRED, here)
     contrast = parse_contrast(raw, raw["csv"], here, allow_against=True)
     minus = parse_minus(raw["minus"], raw["csv"], here) if "minus" in raw else None
     if not isinstance(raw.get("about_failure", False), bool):
         raise ClaimsError(f"{here}: about_failure is {raw['about_failure']!r}; valid: true, false")
-    return Claim(**common, csv=str(raw["csv"]), metric=str(raw["metric"]), pair_by=str(raw["pair_by"]),
-                 contrast=contrast, minus=minus, about_failure=raw.get("about_failure", False), judged=None)  # fmt: skip
+    return Claim(
+        **common,
+        csv=str(raw["csv"]),
+        metric=str(raw["metric"]),
+        pair_by=str(raw["pair_by"]),
+        contrast=contrast,
+        minus=minus,
+        about_failure=raw.get("about_failure", False),
+        judged=None,
+    )
 
 
 def _choice(value: object, choices: tuple[str, ...], where: str, name: str) -> None:

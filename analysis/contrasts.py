@@ -29,8 +29,18 @@ import yaml
 from analysis.paired import PairedDifference, of_differences
 from analysis.selection import Measure, SelectionError, Tables, differences, keys, parse_contrast, parse_minus, side_values
 
-COLUMNS = ("contrast", "metric", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant", "rel_diff",
-           "rel_ci95_lo", "rel_ci95_hi")  # fmt: skip
+COLUMNS = (
+    "contrast",
+    "metric",
+    "diff_mean",
+    "diff_ci95_lo",
+    "diff_ci95_hi",
+    "pairs",
+    "significant",
+    "rel_diff",
+    "rel_ci95_lo",
+    "rel_ci95_hi",
+)
 SPEC_KEYS = ("contrast", "csv", "metric", "arm", "baseline", "minus", "relative")
 SPEC_REQUIRED = ("contrast", "csv", "metric", "arm", "baseline")
 PAIR_BY = "seed"

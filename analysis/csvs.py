@@ -31,8 +31,10 @@ def read_rows(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
         if not header:
             raise ValueError(f"{path}: an empty file; expected a CSV with the columns {', '.join(columns)}")
         if missing := [c for c in columns if c not in header]:
-            raise ValueError(f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(columns)} "
-                             f"(the file has {', '.join(header)})")  # fmt: skip
+            raise ValueError(
+                f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(columns)} "
+                f"(the file has {', '.join(header)})"
+            )
         rows = list(reader)
     if not rows:
         raise ValueError(f"{path}: no rows below the header (an empty CSV)")

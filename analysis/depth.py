@@ -50,9 +50,17 @@ def profile_rows(variants: list[Variant]) -> list[dict[str, object]]:
             records = {name: run.profile(name) for name in ("rms", "grad", "kurtosis")}
             for step in sorted({s for rec in records.values() for s in rec}):
                 for depth in sorted({d for rec in records.values() for d in rec.get(step, {})}):
-                    rows.append({"variant": variant.label, "run": run.label, "seed": run.seed, "step": step, "depth": depth,
-                                 "block": block_name(depth, run.n_enc),
-                                 **{k: rec.get(step, {}).get(depth) for k, rec in records.items()}})  # fmt: skip
+                    rows.append(
+                        {
+                            "variant": variant.label,
+                            "run": run.label,
+                            "seed": run.seed,
+                            "step": step,
+                            "depth": depth,
+                            "block": block_name(depth, run.n_enc),
+                            **{k: rec.get(step, {}).get(depth) for k, rec in records.items()},
+                        }
+                    )
     return rows
 
 
@@ -112,8 +120,19 @@ def growth_rows(variants: list[Variant]) -> list[dict[str, object]]:
             for kind, step in zip(STEP_KINDS, (steps[0], steps[-1]), strict=True):
                 per_run = {run.label: g for run in variant.runs if (g := growth(run, stack, step)) is not None}
                 mean, stderr = mean_stderr(list(per_run.values()))
-                rows.append({"variant": variant.label, "stack": stack, "site": site, "step_kind": kind, "step": step,
-                             "n": len(per_run), "mean": mean, "stderr": stderr, "per_run": json.dumps(per_run)})  # fmt: skip
+                rows.append(
+                    {
+                        "variant": variant.label,
+                        "stack": stack,
+                        "site": site,
+                        "step_kind": kind,
+                        "step": step,
+                        "n": len(per_run),
+                        "mean": mean,
+                        "stderr": stderr,
+                        "per_run": json.dumps(per_run),
+                    }
+                )
     return rows
 
 

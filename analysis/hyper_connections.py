@@ -40,9 +40,18 @@ def hc_gain_panels(variants: list[Variant]) -> list[Panel]:
             for stat in HC_STATS:
                 if curves := [c for c in _gain_series(variant, stack, stat) if any(v is not None for _, v in c)]:
                     steps, mean, _, _, n = curves_band(curves)
-                    lines.append(Line(f"{stack} {stat}", variant.label, "series", steps, mean, shade=k / (len(STACKS) - 1),
-                                      dash="solid" if stat == "fwd_gain" else "dash",
-                                      hover=[f"n = {m} of {len(curves)}" for m in n]))  # fmt: skip
+                    lines.append(
+                        Line(
+                            f"{stack} {stat}",
+                            variant.label,
+                            "series",
+                            steps,
+                            mean,
+                            shade=k / (len(STACKS) - 1),
+                            dash="solid" if stat == "fwd_gain" else "dash",
+                            hover=[f"n = {m} of {len(curves)}" for m in n],
+                        )
+                    )
         if lines:
             title = f"Hyper-connections' composite residual gain vs step: {variant.label}"
             panels.append(Panel(f"hc_gain_{j}", title, "training step", "amax gain (1: no amplification)", lines, log_y=True))
@@ -62,8 +71,19 @@ def hc_gain_rows(variants: list[Variant]) -> list[tuple]:
                     continue
                 lasts = [f[-1][1] for f in finite]
                 overflows = sum(v is None for run in series for _, v in run)
-                rows.append((variant.label, stack, stat, len(finite), max(f[-1][0] for f in finite), sum(lasts) / len(lasts),
-                             max(lasts), max(v for f in finite for _, v in f), overflows))  # fmt: skip
+                rows.append(
+                    (
+                        variant.label,
+                        stack,
+                        stat,
+                        len(finite),
+                        max(f[-1][0] for f in finite),
+                        sum(lasts) / len(lasts),
+                        max(lasts),
+                        max(v for f in finite for _, v in f),
+                        overflows,
+                    )
+                )
     return rows
 
 

@@ -39,8 +39,9 @@ def lr_loss_lines(family: Family) -> list[Line]:
     marks = [(lr, m) for lr, m in zip(family.grid, mean, strict=True) if family.n_diverged(lr)]
     if marks:
         text = [f"lr {lr:g}: {family.n_diverged(lr)} run(s) diverged, counted as the loss at init" for lr, _ in marks]
-        lines.append(Line(f"{family.label} diverged", family.label, "diverged", [x for x, _ in marks], [y for _, y in marks],
-                          hover=text))  # fmt: skip
+        lines.append(
+            Line(f"{family.label} diverged", family.label, "diverged", [x for x, _ in marks], [y for _, y in marks], hover=text)
+        )
     return lines
 
 
@@ -53,8 +54,16 @@ def lrs_line(j: int, family: Family) -> Line | None:
     ci, n, k = family.ci95, len(family.values), len(family.not_learned)
     spread = "" if ci is None else f" ± {stderr:.4f}, 95% CI [{ci[0]:.4f}, {ci[1]:.4f}]"
     seeds = f"n = {n}" + (f"; {k} did not learn" if k else "")
-    return Line(f"{family.label} ({seeds})", family.label, "interval", [j], [mean], None if ci is None else [ci[0]],
-                None if ci is None else [ci[1]], hover=[f"{family.label}: LRS {mean:.4f}{spread} (n = {n})"])  # fmt: skip
+    return Line(
+        f"{family.label} ({seeds})",
+        family.label,
+        "interval",
+        [j],
+        [mean],
+        None if ci is None else [ci[0]],
+        None if ci is None else [ci[1]],
+        hover=[f"{family.label}: LRS {mean:.4f}{spread} (n = {n})"],
+    )
 
 
 def max_logit_line(family: Family, lr: float) -> Line | None:
@@ -66,8 +75,16 @@ def max_logit_line(family: Family, lr: float) -> Line | None:
         return None
     curves = [[(step, max(rec.values())) for step, rec in sorted(r.profile("max_logit").items()) if rec] for r in runs]
     steps, mean, lo, hi, n = curves_band(curves)
-    return Line(f"{family.label} (mean of {len(runs)})", family.label, "mean", steps, mean, lo, hi,
-                hover=[f"n = {k} of {len(runs)}" for k in n])  # fmt: skip
+    return Line(
+        f"{family.label} (mean of {len(runs)})",
+        family.label,
+        "mean",
+        steps,
+        mean,
+        lo,
+        hi,
+        hover=[f"n = {k} of {len(runs)}" for k in n],
+    )
 
 
 def not_learned_note(study: LRStudy) -> str:
@@ -84,12 +101,30 @@ def lr_panels(study: LRStudy | None) -> list[Panel]:
     panels, note = [], not_learned_note(study)
     if (lines := [line for f in study.families for line in lr_loss_lines(f)]) or note:
         title = "Final validation loss vs peak LR: min(loss, loss at init), the quantity LRS averages (mean ± stderr over seeds)"
-        panels.append(Panel("lr_loss", title, LR_AXIS, "min(final valid loss, loss at init) (nats/token)", lines, log_x=True,
-                            diverged_label="x: a run at this LR diverged (counted as the loss at init)", note=note))  # fmt: skip
+        panels.append(
+            Panel(
+                "lr_loss",
+                title,
+                LR_AXIS,
+                "min(final valid loss, loss at init) (nats/token)",
+                lines,
+                log_x=True,
+                diverged_label="x: a run at this LR diverged (counted as the loss at init)",
+                note=note,
+            )
+        )
     if (points := [line for j, f in enumerate(study.families, 1) if (line := lrs_line(j, f))]) or note:
-        panels.append(Panel("lrs", "LR sensitivity per family: mean over seeds, 95% CI (t, n - 1 dof)",
-                            "family (row of the LR sensitivity table; legend)", "LR sensitivity (nats/token)", points,
-                            integer_x=True, note=note))  # fmt: skip
+        panels.append(
+            Panel(
+                "lrs",
+                "LR sensitivity per family: mean over seeds, 95% CI (t, n - 1 dof)",
+                "family (row of the LR sensitivity table; legend)",
+                "LR sensitivity (nats/token)",
+                points,
+                integer_x=True,
+                note=note,
+            )
+        )
     top = sorted({lr for f in study.families for lr in f.grid}, reverse=True)[:TOP_LRS]
     for j, lr in enumerate(top, 1):
         if lines := [line for f in study.families if (line := max_logit_line(f, lr))]:

@@ -324,8 +324,10 @@ def _init_loss(runs: list[Run]) -> tuple[float | None, list[str]]:
     spread = max(v for _, v in logged) - min(v for _, v in logged)
     if spread <= INIT_TOLERANCE:
         return value, []
-    return value, [f"seed {run.seed}: {LOSS} at step 0 differs across its runs by {spread:.3g} (> {INIT_TOLERANCE:g}), "
-                   f"used {run.label}'s {value:.6f}"]  # fmt: skip
+    return value, [
+        f"seed {run.seed}: {LOSS} at step 0 differs across its runs by {spread:.3g} (> {INIT_TOLERANCE:g}), "
+        f"used {run.label}'s {value:.6f}"
+    ]
 
 
 def _cell(lr: float, run: Run | None, init: float | None) -> Cell:
@@ -362,8 +364,12 @@ def study_from_cells(rows: Iterable[dict[str, str]]) -> LRStudy:
 def _seed_from_cells(seed: Any, grid: list[float], rows: dict[float, dict[str, str]]) -> SeedGrid:
     """One seed's grid from its ``lr_sensitivity.csv`` rows (lr -> row); an LR without a row is ``missing``."""
     init = _number(next(iter(rows.values()))["init_loss"])
-    cells = [_capped(Cell(lr, None, r["state"], _number(r["final_val_loss"])), init) if (r := rows.get(lr)) else
-             Cell(lr, None, "missing") for lr in grid]  # fmt: skip
+    cells = [
+        _capped(Cell(lr, None, r["state"], _number(r["final_val_loss"])), init)
+        if (r := rows.get(lr))
+        else Cell(lr, None, "missing")
+        for lr in grid
+    ]
     return SeedGrid(seed, init, cells, _grid_notes(seed, cells, init))
 
 

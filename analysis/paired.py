@@ -165,9 +165,17 @@ def summary_rows(variants: list[Variant], task: TaskSpec, baseline: Variant | No
         for metric, get in quality_metrics(task).items():
             values = finished_values(variant.runs, get)
             mean, stderr = mean_stderr(values)
-            row = {"variant": variant.label, "metric": metric, "runs": len(variant.runs),
-                   "finished": sum(r.finished for r in variant.runs), "diverged": sum(r.diverged for r in variant.runs),
-                   "n": len(values), "mean": mean, "stderr": stderr, "std": _std(values)}  # fmt: skip
+            row = {
+                "variant": variant.label,
+                "metric": metric,
+                "runs": len(variant.runs),
+                "finished": sum(r.finished for r in variant.runs),
+                "diverged": sum(r.diverged for r in variant.runs),
+                "n": len(values),
+                "mean": mean,
+                "stderr": stderr,
+                "std": _std(values),
+            }
             row |= {"params": shared_count(variant.runs), "hc_params": shared_count(variant.runs, hc=True)}
             if baseline is not None:
                 row |= _baseline_fields(versus(variant, baseline, get), baseline.label)
@@ -182,5 +190,12 @@ def _baseline_fields(diff: PairedDifference | None, baseline: str) -> dict[str, 
     if diff is None:
         return {"baseline": baseline} | dict.fromkeys(BASELINE_COLUMNS[1:])
     lo, hi = diff.ci95 if diff.ci95 is not None else (None, None)
-    return {"baseline": baseline, "diff_mean": diff.mean, "diff_ci95_lo": lo, "diff_ci95_hi": hi, "pairs": diff.n,
-            "significant": diff.significant, "degenerate": diff.degenerate if diff.n > 1 else None}  # fmt: skip
+    return {
+        "baseline": baseline,
+        "diff_mean": diff.mean,
+        "diff_ci95_lo": lo,
+        "diff_ci95_hi": hi,
+        "pairs": diff.n,
+        "significant": diff.significant,
+        "degenerate": diff.degenerate if diff.n > 1 else None,
+    }

@@ -86,8 +86,14 @@ def profile_lines(variant: Variant, profile: str, n_steps: int) -> Iterator[Line
         mean = mean_at(records, step)
         depths = sorted(mean)
         dash = DASHES[len(DASHES) - len(chosen) + j]  # the last step solid, earlier ones dashed
-        yield Line(f"{variant.label} @ step {step}{runs_at(records, step)}", variant.label, "profile", depths,
-                   [mean[d] for d in depths], dash=dash)  # fmt: skip
+        yield Line(
+            f"{variant.label} @ step {step}{runs_at(records, step)}",
+            variant.label,
+            "profile",
+            depths,
+            [mean[d] for d in depths],
+            dash=dash,
+        )
 
 
 def runs_at(records: list[dict], step: int) -> str:
@@ -102,8 +108,16 @@ def mean_line(variant: Variant, metric: str, scale: float) -> Line:
     steps, mean, lo, hi, n = mean_band(runs, metric)
     left_out = len(variant.runs) - len(runs)
     name = f"{variant.label} (mean of {len(runs)}" + (f"; {left_out} logged nothing)" if left_out else ")")
-    return Line(name, variant.label, "mean", steps, _scaled(mean, scale), _scaled(lo, scale), _scaled(hi, scale),
-                hover=[f"n = {k} of {len(runs)}" for k in n])  # fmt: skip
+    return Line(
+        name,
+        variant.label,
+        "mean",
+        steps,
+        _scaled(mean, scale),
+        _scaled(lo, scale),
+        _scaled(hi, scale),
+        hover=[f"n = {k} of {len(runs)}" for k in n],
+    )
 
 
 def divergence_marks(variant: Variant, metric: str, scale: float) -> Iterator[Line]:

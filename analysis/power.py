@@ -68,5 +68,10 @@ def plan(differences: Sequence[float], power: float = 0.8, alpha: float = 0.05, 
         raise ValueError(f"a seed plan needs at least two differences that are not all equal; got {list(differences)}")
     mean, sd = statistics.fmean(differences), statistics.stdev(differences)
     upper = sd_upper_limit(sd, len(differences) - 1, level)
-    return {"mean": mean, "sd": sd, "sd_upper": upper, "n_point": pairs_needed(mean, sd, power, alpha),
-            "n_upper": pairs_needed(mean, upper, power, alpha)}  # fmt: skip
+    return {
+        "mean": mean,
+        "sd": sd,
+        "sd_upper": upper,
+        "n_point": pairs_needed(mean, sd, power, alpha),
+        "n_upper": pairs_needed(mean, upper, power, alpha),
+    }

@@ -155,9 +155,12 @@ def resolve_baseline(given: str | None, variants: Sequence[Group], families: Seq
         what, several = next(((w, u) for w, u in using.items() if u), (None, []))
         if several:
             labels = ", ".join(repr(shown_label(g.label)) for g in several)
-            raise ReportError(f"--baseline {given!r}: norm preset {name} was used by {len(several)} {what}, {labels}; "
-                              "pass one of these labels")  # fmt: skip
+            raise ReportError(
+                f"--baseline {given!r}: norm preset {name} was used by {len(several)} {what}, {labels}; pass one of these labels"
+            )
     labels = ", ".join(repr(shown_label(g.label)) for g in [*variants, *families])
     used = [p for p in preset_names() if any(used_preset(g, p) for g in [*variants, *families])]
-    raise ReportError(f"unknown --baseline {given!r}; valid: {labels}, a norm preset some variant used "
-                      f"({', '.join(used) or 'none here'}), or {NO_BASELINE!r}")  # fmt: skip
+    raise ReportError(
+        f"unknown --baseline {given!r}; valid: {labels}, a norm preset some variant used "
+        f"({', '.join(used) or 'none here'}), or {NO_BASELINE!r}"
+    )

@@ -22,9 +22,23 @@ from analysis.load import load_run
 from analysis.runs import Run
 
 FIELDS = (
-    "section", "folder", "runs_commit", "runs_commit_source", "csv", "key", "metric", "committed", "rerun", "diff",
-    "arm_sd", "arm_n", "diff_in_sd", "rerun_commit", "rerun_command", "note",
-)  # fmt: skip
+    "section",
+    "folder",
+    "runs_commit",
+    "runs_commit_source",
+    "csv",
+    "key",
+    "metric",
+    "committed",
+    "rerun",
+    "diff",
+    "arm_sd",
+    "arm_n",
+    "diff_in_sd",
+    "rerun_commit",
+    "rerun_command",
+    "note",
+)
 SPEC_KEYS = ("section", "folder", "runs_commit", "runs_commit_source", "csv", "key", "arm", "metric")
 Reader = Callable[[Run, Mapping[str, Any]], float | None]  # (the re-run, the cell's key) -> its value
 

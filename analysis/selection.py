@@ -140,15 +140,23 @@ class Tables:
         if csv_path not in self._rows:
             path = self.root / csv_path
             if not path.is_file():
-                raise Absent(f"{here}: no CSV {csv_path} under {self.root}; valid: a path under {self.root}",
-                             f"{csv_path} does not exist")  # fmt: skip
+                raise Absent(
+                    f"{here}: no CSV {csv_path} under {self.root}; valid: a path under {self.root}", f"{csv_path} does not exist"
+                )
             with path.open(newline="", encoding="utf-8") as f:
                 self._rows[csv_path] = list(csv.DictReader(f))
         return self._rows[csv_path]
 
 
-def differences(contrast: Contrast, minus: Contrast | None, measure: Measure, tables: Tables, here: str,
-                pairs: tuple[object, ...] | None = None, unfinished: str = "flag") -> dict[str, float]:  # fmt: skip
+def differences(
+    contrast: Contrast,
+    minus: Contrast | None,
+    measure: Measure,
+    tables: Tables,
+    here: str,
+    pairs: tuple[object, ...] | None = None,
+    unfinished: str = "flag",
+) -> dict[str, float]:
     """pair -> the contrast's difference (minus ``minus``'s), over ``pairs`` (every one required) or, when None, the
     pairs every side has; ``unfinished``: one of ``UNFINISHED``.
 
@@ -176,8 +184,9 @@ def _difference(contrast: Contrast, measure: Measure, tables: Tables, here: str,
     return {k: v - base[k] for k, v in arm.items() if k in base}
 
 
-def side_values(side: Side, measure: Measure, tables: Tables, here: str, pairs: tuple[object, ...] | None = None,
-                unfinished: str = "flag") -> dict[str, float]:  # fmt: skip
+def side_values(
+    side: Side, measure: Measure, tables: Tables, here: str, pairs: tuple[object, ...] | None = None, unfinished: str = "flag"
+) -> dict[str, float]:
     """pair -> the metric of ``side``'s row for it, over ``pairs`` (or every pair it has, when None); an unfinished
     row is flagged, skipped or kept as ``unfinished`` says, and so (when skipped) is a row with an empty metric.
     Raises as :func:`differences`."""
@@ -192,8 +201,10 @@ def side_values(side: Side, measure: Measure, tables: Tables, here: str, pairs: 
     if not chosen and (rows or pairs is None):
         valid = "; ".join(f"{k}: {', '.join(sorted({r[k] for r in rows}))}" for k, _ in side.where)
         finished = "finished row with a value " if unfinished == "skip" else "row "
-        raise Absent(f"{here}: {label} matches no {finished}of {side.csv}; valid values there: {valid}",
-                     f"no row of {side.csv} with {which} and {measure.pair_by} {', '.join(map(str, pairs or ()))}")  # fmt: skip
+        raise Absent(
+            f"{here}: {label} matches no {finished}of {side.csv}; valid values there: {valid}",
+            f"no row of {side.csv} with {which} and {measure.pair_by} {', '.join(map(str, pairs or ()))}",
+        )
     by_pair = _by_pair(chosen, measure.pair_by, side, label, here)
     missing = [s for s in pairs or () if str(s) not in by_pair]
     if missing:
@@ -212,8 +223,10 @@ def _by_pair(rows: list[dict[str, str]], pair_by: str, side: Side, label: str, h
     by_pair: dict[str, dict[str, str]] = {}
     for row in rows:
         if row[pair_by] in by_pair:
-            raise SelectionError(f"{here}: {label} matches more than one row of {side.csv} with {pair_by}={row[pair_by]}; "
-                                 "valid: a selector naming one row per pair")  # fmt: skip
+            raise SelectionError(
+                f"{here}: {label} matches more than one row of {side.csv} with {pair_by}={row[pair_by]}; "
+                "valid: a selector naming one row per pair"
+            )
         by_pair[row[pair_by]] = row
     return by_pair
 

@@ -56,8 +56,18 @@ def site_lines(variant: Variant, profile: str) -> list[Line]:
     for site in sites:
         curves = [[(step, rec.get(site)) for step, rec in sorted(r.profile(profile).items())] for r in runs]
         steps, mean, _, _, n = curves_band(curves)
-        lines.append(Line(f"{site.block} {site.site}", variant.label, "series", steps, mean, dash=_dash(_residual(site.site)),
-                          hover=[f"n = {k} of {len(runs)}" for k in n], shade=site.depth / max(deepest, 1)))  # fmt: skip
+        lines.append(
+            Line(
+                f"{site.block} {site.site}",
+                variant.label,
+                "series",
+                steps,
+                mean,
+                dash=_dash(_residual(site.site)),
+                hover=[f"n = {k} of {len(runs)}" for k in n],
+                shade=site.depth / max(deepest, 1),
+            )
+        )
     return lines
 
 
@@ -80,8 +90,16 @@ def logz_line(variant: Variant) -> Line | None:
     if not runs:
         return None
     steps, mean, lo, hi, n = curves_band([r.series[metric] for r in runs], "stderr")
-    return Line(f"{variant.label} (mean ± stderr of {len(runs)})", variant.label, "mean", steps, mean, lo, hi,
-                hover=[f"n = {k} of {len(runs)}" for k in n])  # fmt: skip
+    return Line(
+        f"{variant.label} (mean ± stderr of {len(runs)})",
+        variant.label,
+        "mean",
+        steps,
+        mean,
+        lo,
+        hi,
+        hover=[f"n = {k} of {len(runs)}" for k in n],
+    )
 
 
 def _matrix_order(site: str) -> tuple[int, int]:
@@ -103,8 +121,17 @@ def sigma_max_lines(variant: Variant) -> tuple[int | None, str, list[Line]]:
     for matrix in sorted({s.site for s in mean}, key=_matrix_order):
         points = sorted((s.depth, v) for s, v in mean.items() if s.site == matrix)
         shade = _matrix_order(matrix)[0] / (len(MATRIX_ROLES) - 1)
-        lines.append(Line(matrix, variant.label, "profile", [d for d, _ in points], [v for _, v in points],
-                          dash=_dash(matrix_role(matrix)[0]), shade=shade))  # fmt: skip
+        lines.append(
+            Line(
+                matrix,
+                variant.label,
+                "profile",
+                [d for d, _ in points],
+                [v for _, v in points],
+                dash=_dash(matrix_role(matrix)[0]),
+                shade=shade,
+            )
+        )
     return step, runs_at(records, step), lines
 
 
@@ -114,25 +141,53 @@ def stability_panels(variants: list[Variant]) -> list[Panel]:
     for j, variant in enumerate(variants, 1):
         if lines := max_logit_lines(variant):
             n = len(_recorded(variant, "max_logit"))
-            panels.append(Panel(f"attn_max_logit_{j}", f"Attention max logit vs step: {variant.label} (mean of {n})",
-                                "training step", "max logit q·k/√d_head", lines))  # fmt: skip
+            panels.append(
+                Panel(
+                    f"attn_max_logit_{j}",
+                    f"Attention max logit vs step: {variant.label} (mean of {n})",
+                    "training step",
+                    "max logit q·k/√d_head",
+                    lines,
+                )
+            )
     if logz := [line for v in variants if (line := logz_line(v))]:
         panels.append(Panel("out_logz", "Output log Z vs step", "training step", "mean log Z over target tokens", logz))
     for j, variant in enumerate(variants, 1):
         step, count, lines = sigma_max_lines(variant)
         if lines:
             title = f"Spectral norm vs depth at step {step}{count}: {variant.label}"
-            panels.append(Panel(f"sigma_max_vs_depth_{j}", title, "block (encoder, then decoder)", "sigma_max",
-                                lines, log_y=True, integer_x=True))  # fmt: skip
+            panels.append(
+                Panel(
+                    f"sigma_max_vs_depth_{j}",
+                    title,
+                    "block (encoder, then decoder)",
+                    "sigma_max",
+                    lines,
+                    log_y=True,
+                    integer_x=True,
+                )
+            )
     for j, variant in enumerate(variants, 1):
         for stat in BSTAT_STATS:
             if lines := site_lines(variant, stat):
                 title = f"Batch vs running statistics, {stat} vs step: {variant.label} (mean of {len(_recorded(variant, stat))})"
                 ylabel = f"{stat} = ||batch - running|| / d_model"
                 panels.append(Panel(f"bstat_{stat}_{j}", title, "training step", ylabel, lines, log_y=True))
-    kurtosis = depth_panel(variants, "kurtosis_vs_depth", "kurtosis", 1, "Block-output kurtosis vs depth (last record)",
-                           "kurtosis of the block output")  # fmt: skip
+    kurtosis = depth_panel(
+        variants,
+        "kurtosis_vs_depth",
+        "kurtosis",
+        1,
+        "Block-output kurtosis vs depth (last record)",
+        "kurtosis of the block output",
+    )
     gpas = [line for v in variants for line in profile_lines(v, "gpas_silu_g", 3)]
-    gpas_panel = Panel("gpas_vs_depth", "GPAS SiLU(g) vs depth (first, middle, last record)", "block (encoder, then decoder)",
-                       "SiLU(g): share of the block output removed", gpas, integer_x=True)  # fmt: skip
+    gpas_panel = Panel(
+        "gpas_vs_depth",
+        "GPAS SiLU(g) vs depth (first, middle, last record)",
+        "block (encoder, then decoder)",
+        "SiLU(g): share of the block output removed",
+        gpas,
+        integer_x=True,
+    )
     return [*panels, *([kurtosis] if kurtosis.lines else []), *([gpas_panel] if gpas else [])]

@@ -15,8 +15,19 @@ from analysis.verdicts import Verdict, judge
 
 BLOCK = re.compile(r"(<!-- verdicts: (\S+) -->\n)(.*?)(<!-- /verdicts -->)", re.S)
 SUMMARY = "summary"
-COLUMNS = ("claim", "statement", "source", "metric", "contrast", "n", "mean difference", "{ci}", "Holm-corrected CI",
-           "m", "verdict")  # fmt: skip
+COLUMNS = (
+    "claim",
+    "statement",
+    "source",
+    "metric",
+    "contrast",
+    "n",
+    "mean difference",
+    "{ci}",
+    "Holm-corrected CI",
+    "m",
+    "verdict",
+)
 
 
 def find_claims(root: Path) -> list[ClaimsFile]:
@@ -68,8 +79,10 @@ def section_block(claims: ClaimsFile, verdicts: list[Verdict], root: Path) -> st
     if all(c.contrast is None for c in claims.claims):
         head = f"From {link} (written {claims.written}): no per-seed rows, so no interval and no Holm correction.\n\n"
     else:
-        head = (f"Computed by `python -m scripts.verdicts` from {link} (written {claims.written}; seeds {seeds}; "
-                f"alpha {claims.alpha:g}). {sizes[0].upper()}{sizes[1:]}; Holm-corrected within each family.\n\n")  # fmt: skip
+        head = (
+            f"Computed by `python -m scripts.verdicts` from {link} (written {claims.written}; seeds {seeds}; "
+            f"alpha {claims.alpha:g}). {sizes[0].upper()}{sizes[1:]}; Holm-corrected within each family.\n\n"
+        )
     ci = f"{100 * (1 - claims.alpha):g} % CI"
     header = [c.format(ci=ci) for c in COLUMNS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -93,8 +106,7 @@ def summary_row(text: str, claims: ClaimsFile, verdicts: list[Verdict], root: Pa
     if claims.reference is not None and not claims.claims:
         result = "reference point: no claim, no verdict"
     else:
-        result = "; ".join(f"`{v.claim.id}` ({v.claim.metric or 'no per-seed metric'}): {v.word.split(':')[0]}"
-                           for v in verdicts)  # fmt: skip
+        result = "; ".join(f"`{v.claim.id}` ({v.claim.metric or 'no per-seed metric'}): {v.word.split(':')[0]}" for v in verdicts)
     return f"| [{heading}](#{_slug(heading)}) | {_link(claims, root)} | {_cell(result)} |"
 
 
@@ -108,8 +120,19 @@ def _row(v: Verdict) -> list[str]:
     plain = "—" if v.plain is None else _interval(v.plain)
     corrected = "—" if v.corrected is None or v.level is None else f"{_interval(v.corrected)} at {100 * (1 - v.level):.4g} %"
     mean = "—" if v.mean is None else _number(v.mean)
-    return [f"`{c.id}`", c.claim, c.source, "—" if c.metric is None else f"`{c.metric}`", _contrast_text(c),
-            str(v.n), mean, plain, corrected, str(v.m), v.word]  # fmt: skip
+    return [
+        f"`{c.id}`",
+        c.claim,
+        c.source,
+        "—" if c.metric is None else f"`{c.metric}`",
+        _contrast_text(c),
+        str(v.n),
+        mean,
+        plain,
+        corrected,
+        str(v.m),
+        v.word,
+    ]
 
 
 def _contrast_text(c) -> str:

@@ -127,8 +127,17 @@ def _final(first: Verdict, values: list[float], level: float) -> Verdict:
         return first
     corrected = of_differences(values, 1 - level).ci95
     assert corrected is not None  # a tested claim has two or more pairs that differ (_first)
-    return Verdict(first.claim, verdict_word(corrected, first.claim.direction), first.n, first.m, first.mean,
-                   first.plain, corrected, level, first.p)  # fmt: skip
+    return Verdict(
+        first.claim,
+        verdict_word(corrected, first.claim.direction),
+        first.n,
+        first.m,
+        first.mean,
+        first.plain,
+        corrected,
+        level,
+        first.p,
+    )
 
 
 def verdict_word(interval: tuple[float, float], direction: str) -> str:

@@ -56,8 +56,13 @@ def run_bench(args: argparse.Namespace) -> list[dict]:
 
 def _add_norms(sub: Subcommands) -> None:
     norms = sub.add_parser("norms", help="norm kinds x impls, and a training step per preset")
-    norms.add_argument("--kinds", nargs="+", choices=sorted({v[0] for v in NORM_VARIANTS}), default=TOKEN_WISE,
-                       help="norm kinds of the norm-alone tables (native LayerNorm, the baseline, always runs)")  # fmt: skip
+    norms.add_argument(
+        "--kinds",
+        nargs="+",
+        choices=sorted({v[0] for v in NORM_VARIANTS}),
+        default=TOKEN_WISE,
+        help="norm kinds of the norm-alone tables (native LayerNorm, the baseline, always runs)",
+    )
     norms.add_argument("--dims", type=int, nargs="+", default=[256, 512, 1024])
     norms.add_argument("--rows", type=int, nargs="+", default=[8192], help="B*T rows of the benchmarked tensor, one table each")
     norms.add_argument("--rounds", type=int, default=15)

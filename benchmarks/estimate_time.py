@@ -140,8 +140,13 @@ def estimate(overrides: list[str]) -> list[Estimate]:
 def _estimate_run(cfg: RunConfig, task: "Task", label: str, jobs: int) -> Estimate:
     """The :class:`Estimate` of one run of ``cfg`` (a group of ``jobs`` runs labelled ``label``) on ``task``'s data."""
     tc = cfg.trainer
-    mcfg = replace(cfg.model, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
-                   pad_id=PAD_ID, share_embeddings=task.share_embeddings)  # fmt: skip
+    mcfg = replace(
+        cfg.model,
+        src_vocab=task.src_vocab.get_vocab_size(),
+        tgt_vocab=task.tgt_vocab.get_vocab_size(),
+        pad_id=PAD_ID,
+        share_embeddings=task.share_embeddings,
+    )
     with META:
         model = EncoderDecoder(mcfg)
     step = next(train_stream(task.data["train"], tc.max_tokens, cfg.seed, accum=tc.grad_accum))
@@ -167,8 +172,19 @@ def _estimate_run(cfg: RunConfig, task: "Task", label: str, jobs: int) -> Estima
             calls += times * steps
     params = sum(p.numel() for p in model.parameters())
     rows, src_len, tgt_len, _ = step.shapes[0]
-    return Estimate(label, jobs, (params, params), (rows, src_len, tgt_len), counted, formula, tc.max_steps,
-                    tc.max_steps * tc.grad_accum / per_epoch, loss_flops, decode_flops, calls)  # fmt: skip
+    return Estimate(
+        label,
+        jobs,
+        (params, params),
+        (rows, src_len, tgt_len),
+        counted,
+        formula,
+        tc.max_steps,
+        tc.max_steps * tc.grad_accum / per_epoch,
+        loss_flops,
+        decode_flops,
+        calls,
+    )
 
 
 def _merged(a: Estimate, b: Estimate) -> Estimate:
@@ -181,17 +197,39 @@ def _merged(a: Estimate, b: Estimate) -> Estimate:
     return replace(a, label=label, jobs=a.jobs + b.jobs, params=params)
 
 
-HEADER = ("jobs", "variant", "params", "first batch B x S x T", "TFLOP/step counted", "formula", "counted/formula",
-          "steps (epochs)", "eval + decode FLOPs", "decoder calls", "per run", "the row's runs")  # fmt: skip
+HEADER = (
+    "jobs",
+    "variant",
+    "params",
+    "first batch B x S x T",
+    "TFLOP/step counted",
+    "formula",
+    "counted/formula",
+    "steps (epochs)",
+    "eval + decode FLOPs",
+    "decoder calls",
+    "per run",
+    "the row's runs",
+)
 
 
 def _cells(e: Estimate, peak: float, mfu: float) -> list[str]:
     run_s = wall_seconds(e.run_flops, peak, mfu)
     params = "-".join(dict.fromkeys(f"{n / 1e6:.2f}" for n in e.params)) + "M"
-    return [str(e.jobs), e.label or "(one setting)", params, " x ".join(map(str, e.batch)),
-            f"{e.counted / 1e12:.4g}", f"{e.formula / 1e12:.4g}", f"{e.counted / e.formula:.4f}",
-            f"{e.steps} ({e.epochs:.1f})", f"{e.eval_flops / (e.steps * e.counted):.2%} of training", str(e.decoder_calls),
-            duration(run_s), duration(e.jobs * run_s)]  # fmt: skip
+    return [
+        str(e.jobs),
+        e.label or "(one setting)",
+        params,
+        " x ".join(map(str, e.batch)),
+        f"{e.counted / 1e12:.4g}",
+        f"{e.formula / 1e12:.4g}",
+        f"{e.counted / e.formula:.4f}",
+        f"{e.steps} ({e.epochs:.1f})",
+        f"{e.eval_flops / (e.steps * e.counted):.2%} of training",
+        str(e.decoder_calls),
+        duration(run_s),
+        duration(e.jobs * run_s),
+    ]
 
 
 def duration(seconds: float) -> str:
@@ -207,10 +245,12 @@ def table(estimates: list[Estimate], gpu: str, mfu: float) -> str:
     rows = [HEADER, ["---"] * len(HEADER), *(_cells(e, peak, mfu) for e in estimates)]
     jobs = sum(e.jobs for e in estimates)
     total = sum(e.jobs * wall_seconds(e.run_flops, peak, mfu) for e in estimates)
-    return "\n".join([
-        *("| " + " | ".join(r) + " |" for r in rows),
-        "",
-        f"all {jobs} run{'s' * (jobs > 1)}: {duration(total)} on one {gpu}, one after another",
-        f"assumed: {gpu} peak {peak / 1e12:.0f} TFLOP/s (dense bf16), MFU {mfu:g} (--mfu; an assumption, not a measurement); "
-        "left out: start-up, checkpoint writes, decoding's latency",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            *("| " + " | ".join(r) + " |" for r in rows),
+            "",
+            f"all {jobs} run{'s' * (jobs > 1)}: {duration(total)} on one {gpu}, one after another",
+            f"assumed: {gpu} peak {peak / 1e12:.0f} TFLOP/s (dense bf16), MFU {mfu:g} (--mfu; an assumption, not a measurement); "
+            "left out: start-up, checkpoint writes, decoding's latency",
+        ]
+    )

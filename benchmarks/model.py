@@ -44,9 +44,15 @@ class TorchTransformer(nn.Module):
         super().__init__()
         self.src_embed, self.tgt_embed = Embedding(cfg.src_vocab, cfg), Embedding(cfg.tgt_vocab, cfg)
         self.transformer = nn.Transformer(
-            cfg.d_model, cfg.n_heads, cfg.n_enc_layers, cfg.n_dec_layers, cfg.d_ff, cfg.dropout,
-            batch_first=True, norm_first=True,
-        )  # fmt: skip
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.n_enc_layers,
+            cfg.n_dec_layers,
+            cfg.d_ff,
+            cfg.dropout,
+            batch_first=True,
+            norm_first=True,
+        )
         self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab, bias=False)
         self.output.weight = self.tgt_embed.tokens.weight
 
@@ -54,9 +60,13 @@ class TorchTransformer(nn.Module):
         src_pad = src.eq(PAD_ID)
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=src.device)
         h = self.transformer(
-            self.src_embed(src), self.tgt_embed(tgt_in), tgt_mask=causal, tgt_is_causal=True,
-            src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad,
-        )  # fmt: skip
+            self.src_embed(src),
+            self.tgt_embed(tgt_in),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            memory_key_padding_mask=src_pad,
+        )
         return self.output(h)
 
     def layers(self) -> list[nn.Module]:
@@ -97,8 +107,14 @@ def stepper(model: nn.Module, batch: Batch, device: torch.device, precision: str
     context = autocast(precision, device)  # precision: fp32 or bf16 (trainer.precision, resolved)
 
     def step() -> None:
-        train_step(model, [batch], opt, sched, tele, StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0,
-                   autocast=context, step_tokens=batch.n_tgt_tokens))  # fmt: skip
+        train_step(
+            model,
+            [batch],
+            opt,
+            sched,
+            tele,
+            StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0, autocast=context, step_tokens=batch.n_tgt_tokens),
+        )
 
     return step
 
@@ -170,8 +186,10 @@ def bench_model(
         kind = "bf16 autocast" if precision == "bf16" else "fp32"
         what = f"{device.type}, {kind}{', compiled layers' if compile_layers else ''}"
         shape = {k: group_keys("model", size)[k] for k in SHAPE_KEYS}
-        print(f"\n{size} ({shape}), batch {rows} x {length} src/tgt ({batch.n_tgt_tokens} tgt tokens), {what}, "
-              f"{rounds} alternating rounds:")  # fmt: skip
+        print(
+            f"\n{size} ({shape}), batch {rows} x {length} src/tgt ({batch.n_tgt_tokens} tgt tokens), {what}, "
+            f"{rounds} alternating rounds:"
+        )
         print(f"  {'model':<28} {'tok/s (median)':>15} {'speed vs torch: min':>20} {'median':>7} {'max':>6} {'peak MiB':>9}")
         for v in variants:
             ratios = [r / n for r, n in zip(times["torch"], times[v], strict=True)]
@@ -180,5 +198,7 @@ def bench_model(
                 "native": "normlab pre-LN native",
                 "custom": "normlab pre-LN custom",
             }[v]
-            print(f"  {name:<28} {batch.n_tgt_tokens / statistics.median(times[v]):>15.0f} {min(ratios):>20.2f} "
-                  f"{statistics.median(ratios):>7.2f} {max(ratios):>6.2f} {memory[v]:>9.0f}")  # fmt: skip
+            print(
+                f"  {name:<28} {batch.n_tgt_tokens / statistics.median(times[v]):>15.0f} {min(ratios):>20.2f} "
+                f"{statistics.median(ratios):>7.2f} {max(ratios):>6.2f} {memory[v]:>9.0f}"
+            )

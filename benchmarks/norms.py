@@ -28,9 +28,11 @@ NORM_PRESETS = sorted(p.stem for p in (ROOT / "conf" / "norm").glob("*.yaml"))
 # whatever --kinds says; LayerNorm without its shift too (the cost of the bias).
 NORM_VARIANTS = [("layernorm", "native", True), ("layernorm", "custom", True), ("layernorm", "native", False)]
 NORM_VARIANTS += [("layernorm", "custom", False)] + [
-    (k.name, impl, True) for k in NORM_KIND_RECORDS.values() if k.residual and k.name not in ("layernorm", "none")
+    (k.name, impl, True)
+    for k in NORM_KIND_RECORDS.values()
+    if k.residual and k.name not in ("layernorm", "none")
     for impl in reversed(k.impls)
-]  # fmt: skip
+]
 TOKEN_WISE = [k for k in kinds_where(residual=True, reads_batch=False) if k != "none"]  # --kinds' default: one token read
 # Presets also stepped with impl=native (every norm of the model native): one per kind of NATIVE_KINDS, and post-LN.
 TWINS = ("pre_ln", "post_ln", "pre_rms", "pre_bn")
@@ -72,12 +74,17 @@ def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds:
             fns |= {(*v, rows, d, "compiled"): fwd_bwd(m, x, g) for v, m in compiled.items()}
             samples |= time_samples(fns, rounds, inner=5, clock=clock)
     for rows in rows_list:
-        print(f"\nForward+backward of one norm on a ({rows}, d) fp32 tensor, {torch.get_num_threads()} threads, "
-              f"device cpu, {clock} clock, {rounds} rounds; ratio to native LayerNorm (eager) at the same d.")  # fmt: skip
+        print(
+            f"\nForward+backward of one norm on a ({rows}, d) fp32 tensor, {torch.get_num_threads()} threads, "
+            f"device cpu, {clock} clock, {rounds} rounds; ratio to native LayerNorm (eager) at the same d."
+        )
         print(f"{'kind':<10} {'impl':<7} {'bias':<5} " + " ".join(f"{f'd={d} {m}':>18}" for d in dims for m in modes))
         for kind, impl, bias in variants:
-            cells = [(samples.get((kind, impl, bias, rows, d, m)), samples[("layernorm", "native", True, rows, d, "eager")])
-                     for d in dims for m in modes]  # fmt: skip
+            cells = [
+                (samples.get((kind, impl, bias, rows, d, m)), samples[("layernorm", "native", True, rows, d, "eager")])
+                for d in dims
+                for m in modes
+            ]
             text = " ".join(f"{'-':>18}" if t is None else f"{ratio(t, b):>18.2f}" for t, b in cells)
             print(f"{kind:<10} {impl:<7} {bias!s:<5} {text}")
     return print_pair_ratios(samples, rows_list, dims, modes)
@@ -86,10 +93,14 @@ def bench_norms(kinds: list[str], dims: list[int], rows_list: list[int], rounds:
 def print_pair_ratios(samples: dict[tuple, list[float]], rows_list: list[int], dims: list[int], modes: list[str]) -> list[dict]:
     """RMSNorm / LayerNorm (bias) time per impl, and custom / native per kind, at each (rows, d, mode) where
     both were measured; printed, and returned as ``ratio_row``s."""
-    pairs = {f"RMS/LN {impl}": (("rmsnorm", impl, True), ("layernorm", impl, True), "rms_over_ln", {"impl": impl})
-             for impl in ("native", "custom")}  # fmt: skip
-    pairs |= {f"{kind} c/n": ((kind, "custom", True), (kind, "native", True), "custom_over_native", {"kind_or_preset": kind})
-              for kind in NATIVE_KINDS}  # fmt: skip
+    pairs = {
+        f"RMS/LN {impl}": (("rmsnorm", impl, True), ("layernorm", impl, True), "rms_over_ln", {"impl": impl})
+        for impl in ("native", "custom")
+    }
+    pairs |= {
+        f"{kind} c/n": ((kind, "custom", True), (kind, "native", True), "custom_over_native", {"kind_or_preset": kind})
+        for kind in NATIVE_KINDS
+    }
     measured = {k[:3] for k in samples}
     cols = {name: pair for name, pair in pairs.items() if pair[0] in measured and pair[1] in measured}
     print("\nRatios of forward+backward times at the same rows, d and mode (> 1: the first is slower; c/n: custom / native):")
@@ -121,13 +132,17 @@ def bench_step(rounds: int, presets: list[str], clock: str) -> list[dict]:
     fns = {name: make_step(*default_model_and_batch(norm), telemetry=None) for name, norm in variants.items()}
     samples = time_samples(fns, rounds, inner=2, warmup=2, clock=clock)
     base = samples["pre_ln native"]
-    print(f"\nOne training step of the default model (conf/model/small.yaml, a 400-word batch), {clock} clock, {rounds} "
-          f"alternating rounds; ratio to pre_ln with native LayerNorm ({1000 * statistics.median(base):.0f} ms):")  # fmt: skip
+    print(
+        f"\nOne training step of the default model (conf/model/small.yaml, a 400-word batch), {clock} clock, {rounds} "
+        f"alternating rounds; ratio to pre_ln with native LayerNorm ({1000 * statistics.median(base):.0f} ms):"
+    )
     for name, t in samples.items():
         print(f"  {name:<20} {ratio(t, base):6.2f}   ({1000 * statistics.median(t):.0f} ms)")
     pairs = {f"{n} custom / native": (n, f"{n} native", "step_custom_over_native", {"kind_or_preset": n}) for n in TWINS}
-    pairs |= {f"pre_rms / pre_ln, {impl}": (f"pre_rms{suffix}", f"pre_ln{suffix}", "step_rms_over_ln", {"impl": impl})
-              for impl, suffix in (("custom", ""), ("native", " native"))}  # fmt: skip
+    pairs |= {
+        f"pre_rms / pre_ln, {impl}": (f"pre_rms{suffix}", f"pre_ln{suffix}", "step_rms_over_ln", {"impl": impl})
+        for impl, suffix in (("custom", ""), ("native", " native"))
+    }
     out = []
     for name, (a, b, table, keys) in pairs.items():
         if a in samples and b in samples:
@@ -177,8 +192,16 @@ def make_step(
     def run() -> None:
         for step in range(1, window + 1):
             record = tele.due(step, window)
-            train_step(model, [batch], opt, sched, tele, StepOptions(world=1, label_smoothing=0.1, grad_clip=1.0,
-                       autocast=context, step_tokens=batch.n_tgt_tokens, record=record))  # fmt: skip
+            train_step(
+                model,
+                [batch],
+                opt,
+                sched,
+                tele,
+                StepOptions(
+                    world=1, label_smoothing=0.1, grad_clip=1.0, autocast=context, step_tokens=batch.n_tgt_tokens, record=record
+                ),
+            )
             if record:
                 tele.collect()
 

@@ -41,8 +41,10 @@ def bench_loss_gap(out: Path, model: str, steps: int, seeds: list[int]) -> dict[
     its mean) and each precision's spread over seeds (max - min); returns {(precision, seed): short_run's dict}."""
     runs = {(p, s): short_run(out, model, steps, s, p) for s in seeds for p in PRECISIONS}
     keys = ("train/loss", "val/loss", "val/per", "test/per")
-    print(f"\n{steps} steps of G2P (trainer=short, model={model}, telemetry off), CPU, final metrics; train/loss is the mean "
-          f"of the last 10 steps, curve gap the largest |bf16 - fp32| over the logged train/loss points:")  # fmt: skip
+    print(
+        f"\n{steps} steps of G2P (trainer=short, model={model}, telemetry off), CPU, final metrics; train/loss is the mean "
+        f"of the last 10 steps, curve gap the largest |bf16 - fp32| over the logged train/loss points:"
+    )
     print(f"  {'precision':<9} {'seed':>4} " + " ".join(f"{k:>10}" for k in keys) + f" {'curve gap':>10} {'wall s':>7}")
     for (p, s), r in runs.items():
         fp32 = runs[("fp32", s)]["curve"]

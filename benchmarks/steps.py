@@ -38,8 +38,10 @@ def bench_telemetry(rounds: int, window: int, compile_: bool, dropout: float | N
     times = time_rounds(fns, rounds, inner=1, warmup=1)
     base = times["off"]
     what = f"{'compiled' if compile_ else 'eager'} layers, dropout {model.cfg.dropout}"
-    print(f"Training-step time with telemetry, default model ({what}), windows of {window} steps, "
-          f"median of {rounds} alternating rounds; ratio to telemetry=off ({1000 * base / window:.0f} ms/step):")  # fmt: skip
+    print(
+        f"Training-step time with telemetry, default model ({what}), windows of {window} steps, "
+        f"median of {rounds} alternating rounds; ratio to telemetry=off ({1000 * base / window:.0f} ms/step):"
+    )
     for name, t in times.items():
         every = f"every {presets[name].every:>2} steps" if name in presets else ""
         print(f"  {name:<18} {every:<14}  {t / base:6.3f}   ({1000 * t / window:.0f} ms/step)")
@@ -52,10 +54,14 @@ def bench_precision_steps(sizes: list[str], rounds: int, clock: str) -> None:
     """One training step of each model size in ``sizes`` (conf/model/) on the 400-word batch, in fp32 and in bf16
     autocast (``trainer.precision``) alternating, the same weights; printed with the ratio bf16 / fp32 (median of the
     per-round ratios, and their quartiles: ``ratio_row``)."""
-    print(f"\nOne training step (forward, backward, AdamW) on a 400-word batch, CPU, {torch.get_num_threads()} threads, "
-          f"{clock} clock, {rounds} alternating rounds; bf16 autocast / fp32 (< 1: bf16 is faster):")  # fmt: skip
-    print(f"  {'size':<6} {'d_model':>7} {'layers':>6} {'params':>8} {'fp32 ms':>8} {'bf16 ms':>8} {'bf16/fp32':>9} "
-          f"{'q1':>6} {'q3':>6}")  # fmt: skip
+    print(
+        f"\nOne training step (forward, backward, AdamW) on a 400-word batch, CPU, {torch.get_num_threads()} threads, "
+        f"{clock} clock, {rounds} alternating rounds; bf16 autocast / fp32 (< 1: bf16 is faster):"
+    )
+    print(
+        f"  {'size':<6} {'d_model':>7} {'layers':>6} {'params':>8} {'fp32 ms':>8} {'bf16 ms':>8} {'bf16/fp32':>9} "
+        f"{'q1':>6} {'q3':>6}"
+    )
     for size in sizes:
         fns = {}
         for precision in ("fp32", "bf16"):
@@ -64,40 +70,53 @@ def bench_precision_steps(sizes: list[str], rounds: int, clock: str) -> None:
         samples = time_samples(fns, rounds, inner=1, warmup=2, clock=clock)
         row = ratio_row("bf16_over_fp32", samples["bf16"], samples["fp32"])
         cfg, ms = model.cfg, {p: 1000 * statistics.median(t) for p, t in samples.items()}
-        print(f"  {size:<6} {cfg.d_model:>7} {f'{cfg.n_enc_layers}+{cfg.n_dec_layers}':>6} "
-              f"{model.parameter_counts()['total'] / 1e6:>7.2f}M {ms['fp32']:>8.0f} {ms['bf16']:>8.0f} "
-              f"{row['ratio']:>9.3f} {row['ratio_q1']:>6.3f} {row['ratio_q3']:>6.3f}")  # fmt: skip
+        print(
+            f"  {size:<6} {cfg.d_model:>7} {f'{cfg.n_enc_layers}+{cfg.n_dec_layers}':>6} "
+            f"{model.parameter_counts()['total'] / 1e6:>7.2f}M {ms['fp32']:>8.0f} {ms['bf16']:>8.0f} "
+            f"{row['ratio']:>9.3f} {row['ratio_q1']:>6.3f} {row['ratio_q3']:>6.3f}"
+        )
 
 
 def bench_profile(sizes: list[str], dropout: float | None, attn_dropout: float | None, warmup: int, steps: int) -> None:
     """Per model size (conf/model/), the share of a training step's wall time by category
     (``training.step_profile.CATEGORIES``) over ``steps`` profiled steps of the 400-word batch, after ``warmup``
     steps; pre_ln preset, AdamW, clipping and label smoothing as the default run has them, telemetry off."""
-    print(f"\nShare of a training step's wall time (self CPU time of the ops, by category; host: the rest), "
-          f"400-word batch, {torch.get_num_threads()} threads, {steps} profiled steps after {warmup}:")  # fmt: skip
+    print(
+        f"\nShare of a training step's wall time (self CPU time of the ops, by category; host: the rest), "
+        f"400-word batch, {torch.get_num_threads()} threads, {steps} profiled steps after {warmup}:"
+    )
     print(f"  {'size':<6} {'dropout':>7} {'attn':>5} {'ms/step':>8} " + " ".join(f"{c:>10}" for c in CATEGORIES))
     for size in sizes:
         model, batch = default_model_and_batch(dropout=dropout, size=size, attn_dropout=attn_dropout)
         shares = profile_steps(model, make_step(model, batch, telemetry=None), warmup, steps)
-        print(f"  {size:<6} {model.cfg.dropout:>7.2f} {model.cfg.attn_dropout_p:>5.2f} {1000 * shares['step_s']:>8.0f} "
-              + " ".join(f"{100 * shares[c]:>9.1f}%" for c in CATEGORIES))  # fmt: skip
+        print(
+            f"  {size:<6} {model.cfg.dropout:>7.2f} {model.cfg.attn_dropout_p:>5.2f} {1000 * shares['step_s']:>8.0f} "
+            + " ".join(f"{100 * shares[c]:>9.1f}%" for c in CATEGORIES)
+        )
 
 
 def bench_dropout(size: str, dropout: float, rounds: int, clock: str) -> None:
     """One training step of ``size``'s model at model.dropout = ``dropout`` (400-word batch, pre_ln) in three
     variants alternating: every dropout an ``nn.Dropout`` (bernoulli_ masks), every one normlab's ``Dropout``
     (rand_like masks), and normlab's with attn_dropout 0 (SDPA keeps its flash kernel); each a ratio to the first."""
-    variants = {"nn.Dropout (bernoulli_)": (torch.nn.Dropout, None), "Dropout (rand_like)": (Dropout, None),
-                "Dropout, attn_dropout 0": (Dropout, 0.0)}  # fmt: skip
+    variants = {
+        "nn.Dropout (bernoulli_)": (torch.nn.Dropout, None),
+        "Dropout (rand_like)": (Dropout, None),
+        "Dropout, attn_dropout 0": (Dropout, 0.0),
+    }
     fns = {}
     for name, (kind, attn) in variants.items():
         model, batch = default_model_and_batch(dropout=dropout, size=size, attn_dropout=attn)
         fns[name] = make_step(with_dropout(model, kind), batch, telemetry=None)
     samples = time_samples(fns, rounds, inner=1, warmup=2, clock=clock)
     base = samples["nn.Dropout (bernoulli_)"]
-    print(f"\nOne training step of model={size} model.dropout={dropout} (400-word batch), {torch.get_num_threads()} threads, "
-          f"{clock} clock, {rounds} alternating rounds; ratio to nn.Dropout, attn_dropout {dropout} (< 1: faster):")  # fmt: skip
+    print(
+        f"\nOne training step of model={size} model.dropout={dropout} (400-word batch), {torch.get_num_threads()} threads, "
+        f"{clock} clock, {rounds} alternating rounds; ratio to nn.Dropout, attn_dropout {dropout} (< 1: faster):"
+    )
     for name, t in samples.items():
         row = ratio_row("dropout", t, base)
-        print(f"  {name:<26} {row['ratio']:6.3f}  (q1 {row['ratio_q1']:.3f}, q3 {row['ratio_q3']:.3f}; "
-              f"{1000 * statistics.median(t):.0f} ms)")  # fmt: skip
+        print(
+            f"  {name:<26} {row['ratio']:6.3f}  (q1 {row['ratio_q1']:.3f}, q3 {row['ratio_q3']:.3f}; "
+            f"{1000 * statistics.median(t):.0f} ms)"
+        )

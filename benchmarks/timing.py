@@ -52,8 +52,22 @@ def ratio(a: list[float], b: list[float]) -> float:
 # or preset (step_custom_over_native) whose impls are compared; impl: the impl both sides of an RMS / LN ratio use;
 # rows, d_model: the norm-alone tensor's shape (empty for a step); ratio: the median of per-round ratios, as printed,
 # ratio_q1/q3 its interquartile range; rounds: rounds of that table; load1_*: the 1-min load average around the run.
-RATIO_COLUMNS = ["table", "kind_or_preset", "impl", "mode", "rows", "d_model", "ratio", "ratio_q1", "ratio_q3", "rounds",
-                 "clock", "threads", "load1_before", "load1_after"]  # fmt: skip
+RATIO_COLUMNS = [
+    "table",
+    "kind_or_preset",
+    "impl",
+    "mode",
+    "rows",
+    "d_model",
+    "ratio",
+    "ratio_q1",
+    "ratio_q3",
+    "rounds",
+    "clock",
+    "threads",
+    "load1_before",
+    "load1_after",
+]
 
 
 def ratio_row(table: str, a: list[float], b: list[float], **keys: str | int) -> dict:

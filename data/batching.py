@@ -67,8 +67,10 @@ def check_budget(data: Seq2SeqData, max_tokens: int) -> None:
         raise ValueError("cannot batch an empty split")
     longest = max(data.padded_len(i) for i in range(len(data)))
     if longest > max_tokens:
-        raise ValueError(f"trainer.max_tokens={max_tokens} is smaller than the longest row ({longest} tokens); "
-                         f"use trainer.max_tokens >= {longest}")  # fmt: skip
+        raise ValueError(
+            f"trainer.max_tokens={max_tokens} is smaller than the longest row ({longest} tokens); "
+            f"use trainer.max_tokens >= {longest}"
+        )
 
 
 def make_batches(data: Seq2SeqData, max_tokens: int, generator: torch.Generator | None = None) -> list[list[int]]:
@@ -166,8 +168,10 @@ def train_stream(
         batches = make_batches(data, max_tokens, gen)
         usable = len(batches) - len(batches) % per_step
         if usable == 0:
-            raise ValueError(f"the training split makes {len(batches)} batches, fewer than world size x "
-                             f"trainer.grad_accum = {per_step}; lower trainer.grad_accum or trainer.max_tokens")  # fmt: skip
+            raise ValueError(
+                f"the training split makes {len(batches)} batches, fewer than world size x "
+                f"trainer.grad_accum = {per_step}; lower trainer.grad_accum or trainer.max_tokens"
+            )
         for b in range(start_batch if epoch == start_epoch else 0, usable, per_step):
             group = batches[b : b + per_step]
             mine = group[rank * accum : (rank + 1) * accum]

@@ -33,15 +33,18 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
         ValueError: ``vocab_size`` below ``MIN_VOCAB`` (the specials and the 256 bytes).
     """
     if not isinstance(vocab_size, int) or vocab_size < MIN_VOCAB:
-        raise ValueError(f"data.vocab_size={vocab_size!r} is invalid; it must be an integer >= {MIN_VOCAB} "
-                         "(4 special tokens + 256 bytes)")  # fmt: skip
+        raise ValueError(
+            f"data.vocab_size={vocab_size!r} is invalid; it must be an integer >= {MIN_VOCAB} (4 special tokens + 256 bytes)"
+        )
     tok = Tokenizer(models.BPE(unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIALS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
-    )  # fmt: skip
+    )
     tok.train_from_iterator(texts, trainer)
     assert [tok.token_to_id(s) for s in SPECIALS] == [PAD_ID, BOS_ID, EOS_ID, UNK_ID]
     return tok
@@ -49,8 +52,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
 
 def fingerprint(sides: Sequence[Sequence[str]], settings: dict) -> str:
     """SHA-256 (hex, 16 chars) of the texts and the settings that shape the vocabulary."""
-    h = hashlib.sha256(json.dumps({**settings, "format": FORMAT, "tokenizers": tokenizers.__version__},
-                                  sort_keys=True).encode())  # fmt: skip
+    h = hashlib.sha256(json.dumps({**settings, "format": FORMAT, "tokenizers": tokenizers.__version__}, sort_keys=True).encode())
     for side in sides:
         h.update(b"\x01")  # side separator: (["a"], ["b"]) and (["a", "b"], []) differ
         for text in side:

@@ -114,8 +114,9 @@ class TranslationDataConfig:
         if self.src_lang == self.tgt_lang:
             raise ValueError(f"data.src_lang and data.tgt_lang are both {self.src_lang!r}; give two languages")
         if self.source == "local" and not self.path:
-            raise ValueError("data=local needs data.path: a save_to_disk directory or a directory of "
-                             "train/valid/test .jsonl/.tsv/.csv files")  # fmt: skip
+            raise ValueError(
+                "data=local needs data.path: a save_to_disk directory or a directory of train/valid/test .jsonl/.tsv/.csv files"
+            )
         if self.source == "hub" and not self.hub.path:
             raise ValueError(f"data={self.name}: data.hub.path is empty; give a Hugging Face dataset id")
         for key in ("max_len", "max_examples"):

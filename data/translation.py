@@ -76,8 +76,10 @@ def _pairs(ds: Dataset, cfg: TranslationDataConfig, split: str) -> Pairs:
         names = {lang: lang for lang in (cfg.src_lang, cfg.tgt_lang)}
     missing = [lang for lang in (cfg.src_lang, cfg.tgt_lang) if lang not in cols]
     if missing:
-        raise ValueError(f"data={cfg.name}: split {split!r} has no {missing} column; found {cols}. "
-                         "Set data.src_lang and data.tgt_lang to two of them")  # fmt: skip
+        raise ValueError(
+            f"data={cfg.name}: split {split!r} has no {missing} column; found {cols}. "
+            "Set data.src_lang and data.tgt_lang to two of them"
+        )
     src, tgt = ([x or "" for x in ds[names[lang]]] for lang in (cfg.src_lang, cfg.tgt_lang))
     return Pairs(src, tgt)
 
@@ -119,8 +121,9 @@ def _load_hub(cfg: TranslationDataConfig) -> dict[str, Dataset]:
     splits = asdict(hub.splits)
     absent = [name for name in splits.values() if name not in dd]
     if absent:
-        raise ValueError(f"data={cfg.name}: {hub.path!r} has no split {absent}; found {list(dd)}. "
-                         "Map train/valid/test with data.hub.splits")  # fmt: skip
+        raise ValueError(
+            f"data={cfg.name}: {hub.path!r} has no split {absent}; found {list(dd)}. Map train/valid/test with data.hub.splits"
+        )
     return {split: dd[splits[split]] for split in SPLITS}
 
 
@@ -128,16 +131,19 @@ def _load_local(cfg: TranslationDataConfig) -> dict[str, Dataset]:
     assert cfg.path is not None  # source=local requires it (TranslationDataConfig)
     path = Path(cfg.path).expanduser()
     if not path.is_dir():
-        raise FileNotFoundError(f"data.path={cfg.path!r} is not a directory; give a save_to_disk directory or a "
-                                "directory of train/valid/test .jsonl/.tsv/.csv files")  # fmt: skip
+        raise FileNotFoundError(
+            f"data.path={cfg.path!r} is not a directory; give a save_to_disk directory or a "
+            "directory of train/valid/test .jsonl/.tsv/.csv files"
+        )
     if (path / "dataset_dict.json").is_file():
         dd = load_from_disk(str(path))
         found = {}
         for split, names in LOCAL_SPLIT_NAMES.items():
             name = next((n for n in names if n in dd), None)
             if name is None:
-                raise FileNotFoundError(f"data.path={cfg.path!r}: the saved DatasetDict has no split named "
-                                        f"{' or '.join(names)}; found {list(dd)}")  # fmt: skip
+                raise FileNotFoundError(
+                    f"data.path={cfg.path!r}: the saved DatasetDict has no split named {' or '.join(names)}; found {list(dd)}"
+                )
             found[split] = dd[name]
         return found
     found = {}

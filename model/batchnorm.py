@@ -27,8 +27,10 @@ MOMENTUM = 0.1  # nn.BatchNorm1d's default momentum: the weight of the batch's s
 def _check_count(n: int) -> None:
     """Raise ``ValueError`` when training-mode statistics would read fewer than 2 real tokens."""
     if n < 2:
-        raise ValueError(f"norm.kind=batchnorm needs at least 2 real tokens in a training batch for its variance "
-                         f"(the running variance is unbiased, N / (N - 1)); got {n}")  # fmt: skip
+        raise ValueError(
+            f"norm.kind=batchnorm needs at least 2 real tokens in a training batch for its variance "
+            f"(the running variance is unbiased, N / (N - 1)); got {n}"
+        )
 
 
 @torch.no_grad()
@@ -164,8 +166,10 @@ class NativeBatchNorm(nn.BatchNorm1d, BatchReadingNorm):
     @group.setter
     def group(self, group: torch.distributed.ProcessGroup | None) -> None:
         if group is not None:
-            raise ValueError("norm.kind=batchnorm with norm.impl=native takes its statistics over this process's "
-                             "tokens only (nn.SyncBatchNorm needs GPU input); under torchrun use norm.impl=custom")  # fmt: skip
+            raise ValueError(
+                "norm.kind=batchnorm with norm.impl=native takes its statistics over this process's "
+                "tokens only (nn.SyncBatchNorm needs GPU input); under torchrun use norm.impl=custom"
+            )
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         xr = x[keep]  # (N, D)

@@ -144,12 +144,15 @@ class ModelConfig:
             for i in range(n_layers):
                 spec = self.block_norm(stack, i)
                 if spec.gpas:  # GPAS scales the stream after x + update, which the hyper-connection replaces
-                    raise ValueError(f"norm.hc={self.norm.hc} cannot be used with norm.gpas=true ({stack} block {i}); "
-                                     "turn one of them off")  # fmt: skip
+                    raise ValueError(
+                        f"norm.hc={self.norm.hc} cannot be used with norm.gpas=true ({stack} block {i}); turn one of them off"
+                    )
                 placement = spec.placement
                 if placement not in HC_PLACEMENTS:
-                    raise ValueError(f"norm.hc={self.norm.hc} cannot be used with norm.placement={placement!r} ({stack} block "
-                                     f"{i}); valid placements: {', '.join(HC_PLACEMENTS)}")  # fmt: skip
+                    raise ValueError(
+                        f"norm.hc={self.norm.hc} cannot be used with norm.placement={placement!r} ({stack} block "
+                        f"{i}); valid placements: {', '.join(HC_PLACEMENTS)}"
+                    )
 
     def _check_decoder_batch_stats(self) -> None:
         # A batch-reading norm's training statistics over a target stream include every position of every
@@ -160,9 +163,11 @@ class ModelConfig:
         for i in range(self.n_dec_layers):
             kind = self.block_norm("dec", i).kind
             if kind in BATCH_READING_KINDS:
-                raise ValueError(f"norm.kind={kind} in decoder block {i} reads future target positions in training (a causality "
-                                 f"leak): keep the decoder token-wise, e.g. 'norm.blocks=[{{stack: dec, kind: layernorm}}]', "
-                                 f"or allow it with norm.decoder_batch_stats=true")  # fmt: skip
+                raise ValueError(
+                    f"norm.kind={kind} in decoder block {i} reads future target positions in training (a causality "
+                    f"leak): keep the decoder token-wise, e.g. 'norm.blocks=[{{stack: dec, kind: layernorm}}]', "
+                    f"or allow it with norm.decoder_batch_stats=true"
+                )
 
     def _check_powernorm_groups(self) -> None:
         # PowerNorm's group scaling splits d_model into equal groups (the official reshape fails otherwise).
@@ -171,8 +176,10 @@ class ModelConfig:
                 spec = self.block_norm(stack, i)
                 if spec.kind == "powernorm" and self.d_model % spec.powernorm_groups:
                     valid = [g for g in range(1, self.d_model + 1) if self.d_model % g == 0]
-                    raise ValueError(f"norm.powernorm_groups={spec.powernorm_groups} does not divide model.d_model="
-                                     f"{self.d_model} ({stack} block {i}); valid groups: {valid}")  # fmt: skip
+                    raise ValueError(
+                        f"norm.powernorm_groups={spec.powernorm_groups} does not divide model.d_model="
+                        f"{self.d_model} ({stack} block {i}); valid groups: {valid}"
+                    )
 
     def block_norm(self, stack: str, index: int) -> NormSpec:
         """The resolved norm of layer ``index`` (0-based) of ``stack``: ``norm.spec`` at this stack's depth."""

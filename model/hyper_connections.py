@@ -139,8 +139,12 @@ class ManifoldHyperConnection(nn.Module):
         n = self.n
         with _float32_region(streams.device):
             proj = F.linear(_unweighted_rms(streams), self.fn.float())
-            pre, post, res = (w * s + b for w, s, b in zip(proj.split([n, n, n * n], -1), self.scale.float(),
-                                                            self.base.float().split([n, n, n * n]), strict=True))  # fmt: skip
+            pre, post, res = (
+                w * s + b
+                for w, s, b in zip(
+                    proj.split([n, n, n * n], -1), self.scale.float(), self.base.float().split([n, n, n * n]), strict=True
+                )
+            )
             res = torch.softmax(res.unflatten(-1, (n, n)), dim=-1) + MHC_EPS
             return torch.sigmoid(pre) + MHC_EPS, 2 * torch.sigmoid(post), sinkhorn(res)
 

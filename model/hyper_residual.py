@@ -42,9 +42,11 @@ class HyperResidual(Sublayer):
         hc: nn.Module,
     ) -> None:
         if plan.slots[2] or plan.alpha != 1.0 or plan.normed_skip:
-            raise ValueError("a hyper-connection replaces the sum x + update: its plan must have no norm_out, alpha 1 "
-                             f"and no normed skip, got slots={plan.slots}, alpha={plan.alpha}, "
-                             f"normed_skip={plan.normed_skip}")  # fmt: skip
+            raise ValueError(
+                "a hyper-connection replaces the sum x + update: its plan must have no norm_out, alpha 1 "
+                f"and no normed skip, got slots={plan.slots}, alpha={plan.alpha}, "
+                f"normed_skip={plan.normed_skip}"
+            )
         super().__init__(branch, plan, make_norm, dropout, dim, gate)
         self.hc = hc
 

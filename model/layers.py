@@ -55,8 +55,9 @@ def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> Mult
 
     norms = {"q_norm": site(spec.qk, d_qk), "k_norm": site(spec.qk, d_qk), "v_norm": site(spec.v, d_head)}
     temperature = QK_L2_TEMPERATURE if spec.qk == "l2" else None
-    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, temperature=temperature,
-                              qk_scope=spec.qk_scope, **norms)  # fmt: skip
+    return MultiHeadAttention(
+        cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, temperature=temperature, qk_scope=spec.qk_scope, **norms
+    )
 
 
 def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Callable[[nn.Module], Sublayer]:
@@ -77,8 +78,14 @@ def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Calla
         is_attention = isinstance(branch, MultiHeadAttention)
         plan = placement.plan(is_attention, stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
         site = "attn" if is_attention else "ffn"
-        args = (branch, plan, lambda: spec.build(cfg.d_model, site=site), cfg.dropout, cfg.d_model,
-                shared[0].gate if shared else None)  # fmt: skip
+        args = (
+            branch,
+            plan,
+            lambda: spec.build(cfg.d_model, site=site),
+            cfg.dropout,
+            cfg.d_model,
+            shared[0].gate if shared else None,
+        )
         residual: Sublayer
         if cfg.norm.hc is not None:
             sublayer = index * per_block + len(built)

@@ -94,11 +94,15 @@ class NormSpec:
             if getattr(self, key) not in valid:
                 raise ValueError(f"unknown norm.{key} {getattr(self, key)!r}; valid: {', '.join(valid)}")
         if self.qk_scope == "full" and self.qk == "l2":
-            raise ValueError("norm.qk=l2 needs per-head unit vectors (its temperature multiplies cos(q, k)): set "
-                             "norm.qk_scope=head, or another norm.qk with norm.qk_scope=full")  # fmt: skip
+            raise ValueError(
+                "norm.qk=l2 needs per-head unit vectors (its temperature multiplies cos(q, k)): set "
+                "norm.qk_scope=head, or another norm.qk with norm.qk_scope=full"
+            )
         if PLACEMENTS[self.placement].needs_qkv_norm and None in (self.qk, self.v):
-            raise ValueError(f"norm.placement={self.placement!r} normalizes q, k and v inside attention: set norm.qk and norm.v "
-                             f"(got qk={self.qk!r}, v={self.v!r}); valid: {', '.join(ATTENTION_NORM_KINDS)}")  # fmt: skip
+            raise ValueError(
+                f"norm.placement={self.placement!r} normalizes q, k and v inside attention: set norm.qk and norm.v "
+                f"(got qk={self.qk!r}, v={self.v!r}); valid: {', '.join(ATTENTION_NORM_KINDS)}"
+            )
         alpha = self.mix_ln_alpha
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1:
             raise ValueError(f"norm.mix_ln_alpha must be in [0, 1], got {alpha!r}")
@@ -130,8 +134,17 @@ class NormSpec:
             alpha = getattr(self, f"alpha_init_{site}")
         record = NORM_KIND_RECORDS[kind or self.kind]
         knobs = {key: getattr(self, key) for key, _ in record.knobs}
-        return build_norm(kind or self.kind, dim, impl=self.impl, eps=self.eps, bias=self.bias, gain=self.gain,
-                          attention=kind is not None, alpha_init=alpha, knobs=knobs)  # fmt: skip
+        return build_norm(
+            kind or self.kind,
+            dim,
+            impl=self.impl,
+            eps=self.eps,
+            bias=self.bias,
+            gain=self.gain,
+            attention=kind is not None,
+            alpha_init=alpha,
+            knobs=knobs,
+        )
 
 
 _SPEC_KEYS = tuple(f.name for f in fields(NormSpec))

@@ -352,5 +352,6 @@ def check_placement(placement: str, kind: str) -> None:
         raise ValueError(f"unknown norm.placement {placement!r}; valid placements: {', '.join(PLACEMENTS)}")
     if not PLACEMENTS[placement].admits(kind):
         allowed = [name for name, p in PLACEMENTS.items() if p.admits(kind)]
-        raise ValueError(f"norm.kind={kind!r} cannot be used with norm.placement={placement!r}; valid placements for it: "
-                         f"{', '.join(allowed)}")  # fmt: skip
+        raise ValueError(
+            f"norm.kind={kind!r} cannot be used with norm.placement={placement!r}; valid placements for it: {', '.join(allowed)}"
+        )

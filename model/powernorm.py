@@ -170,7 +170,16 @@ class PowerNorm(BatchReadingNorm):
         with torch.no_grad():
             self.iters.add_(1)
         y = _PowerFunction.apply(
-            xs, weight, bias, keep, self.running_phi, self.ema_gz, self.iters,
-            self.warmup_iters, self.alpha_fwd, self.alpha_bkw, self.eps,
-        )  # fmt: skip
+            xs,
+            weight,
+            bias,
+            keep,
+            self.running_phi,
+            self.ema_gz,
+            self.iters,
+            self.warmup_iters,
+            self.alpha_fwd,
+            self.alpha_bkw,
+            self.eps,
+        )
         return y.to(x.dtype)

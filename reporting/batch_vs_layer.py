@@ -112,8 +112,21 @@ def summary_rows(groups: dict[Cell, list[Run]]) -> list[list[object]]:
             base = by_seed(groups.get((BASELINE, tokens), []), metric)
             diff = paired_difference(values, base) if name != BASELINE and base else None
             finished = sum(r.finished for r in runs)
-            rows.append([name, tokens, metric, len(runs), finished, len(values), mean, "" if stderr is None else stderr,
-                         lo, hi, *_paired_fields(diff)])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    tokens,
+                    metric,
+                    len(runs),
+                    finished,
+                    len(values),
+                    mean,
+                    "" if stderr is None else stderr,
+                    lo,
+                    hi,
+                    *_paired_fields(diff),
+                ]
+            )
     return rows
 
 
@@ -147,8 +160,10 @@ def contrast_rows(groups: dict[Cell, list[Run]]) -> list[list[object]]:
 def write_csvs(runs: list[Run], out: Path) -> list[Path]:
     """Write runs.csv, summary.csv and contrasts.csv into ``out``; returns their paths."""
     groups = cells(runs)
-    run_rows = [[arm(r), r.config.get("trainer.max_tokens"), r.seed, r.status_state, *(METRICS[m](r) for m in METRICS)]
-                for r in sorted(runs, key=lambda r: (arm(r), r.config.get("trainer.max_tokens"), str(r.seed)))]  # fmt: skip
+    run_rows = [
+        [arm(r), r.config.get("trainer.max_tokens"), r.seed, r.status_state, *(METRICS[m](r) for m in METRICS)]
+        for r in sorted(runs, key=lambda r: (arm(r), r.config.get("trainer.max_tokens"), str(r.seed)))
+    ]
     paired = ["diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant"]
     return [
         write_csv(out / "runs.csv", ["arm", "max_tokens", "seed", "state", *METRICS], run_rows),
@@ -156,6 +171,6 @@ def write_csvs(runs: list[Run], out: Path) -> list[Path]:
             out / "summary.csv",
             ["arm", "max_tokens", "metric", "runs", "finished", "n", "mean", "stderr", "ci95_lo", "ci95_hi", *paired],
             summary_rows(groups),
-        ),  # fmt: skip
+        ),
         write_csv(out / "contrasts.csv", ["contrast", "metric", *paired], contrast_rows(groups)),
     ]

@@ -45,8 +45,12 @@ def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
     fig = go.Figure()
     for line in panel.lines:
         _add_traces(fig, line, line_color(line, colors))
-    fig.update_layout(title=panel.title, template="plotly_white", margin={"t": 50, "b": 40},
-                      legend={"orientation": "h", "yanchor": "top", "y": -0.15, "font": {"size": 10}})  # fmt: skip
+    fig.update_layout(
+        title=panel.title,
+        template="plotly_white",
+        margin={"t": 50, "b": 40},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.15, "font": {"size": 10}},
+    )
     fig.update_xaxes(title=panel.xlabel, **({"dtick": 1} if panel.integer_x else {}), **({"type": "log"} if panel.log_x else {}))
     fig.update_yaxes(title=panel.ylabel, type="log" if panel.log_y else "linear")
     if panel.note:  # at the centre of an empty chart, else at the bottom, under the lines
@@ -66,22 +70,49 @@ def _add_traces(fig: go.Figure, line: Line, color: str) -> None:
         common["mode"] = "lines+markers"
         common["marker"] = {"size": [7 if i in lone else 0 for i in range(len(line.y))], "color": color}
     if line.role == "run":
-        fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 1}, opacity=0.45, showlegend=False,
-                        meta={**meta, "run": line.name}, **common)  # fmt: skip
+        fig.add_scatter(
+            y=line.y,
+            name=line.name,
+            line={"color": color, "width": 1},
+            opacity=0.45,
+            showlegend=False,
+            meta={**meta, "run": line.name},
+            **common,
+        )
     elif line.role == "mean":
-        band = {**common, "mode": "lines", "marker": None, "hovertext": None, "line": {"width": 0}, "showlegend": False,
-                "hoverinfo": "skip", "meta": {**meta, "role": "band"}}  # fmt: skip
+        band = {
+            **common,
+            "mode": "lines",
+            "marker": None,
+            "hovertext": None,
+            "line": {"width": 0},
+            "showlegend": False,
+            "hoverinfo": "skip",
+            "meta": {**meta, "role": "band"},
+        }
         fig.add_scatter(y=line.hi, name=f"{line.variant} max", **band)
         fig.add_scatter(y=line.lo, name=f"{line.variant} min", fill="tonexty", fillcolor=_rgba(color, 0.15), **band)
         fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 2.5}, meta=meta, **common)
     elif line.role == "diverged":
-        fig.add_scatter(y=line.y, name=line.name, **{**common, "mode": "markers"}, showlegend=False, meta=meta,
-                        marker={"symbol": "x", "size": 11, "color": color, "line": {"width": 1, "color": "#222"}})  # fmt: skip
+        fig.add_scatter(
+            y=line.y,
+            name=line.name,
+            **{**common, "mode": "markers"},
+            showlegend=False,
+            meta=meta,
+            marker={"symbol": "x", "size": 11, "color": color, "line": {"width": 1, "color": "#222"}},
+        )
     elif line.role == "series":
         fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash, "width": 1.5}, meta=meta, **common)
     elif line.role == "interval":
-        fig.add_scatter(y=line.y, name=line.name, **{**common, "mode": "markers"}, meta=meta, marker={"size": 10, "color": color},
-                        error_y=_error_bars(line))  # fmt: skip
+        fig.add_scatter(
+            y=line.y,
+            name=line.name,
+            **{**common, "mode": "markers"},
+            meta=meta,
+            marker={"size": 10, "color": color},
+            error_y=_error_bars(line),
+        )
     else:
         common["mode"] = "lines+markers"
         fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash}, meta=meta, **common)
@@ -98,8 +129,15 @@ def _error_bars(line: Line) -> dict | None:
 
 def figure_html(fig: go.Figure, div_id: str, include_plotlyjs: bool) -> str:
     """A ``<div>`` drawing ``fig``; bumps ``<body data-plots-drawn>`` once plotly has drawn it."""
-    return pio.to_html(fig, include_plotlyjs=include_plotlyjs, full_html=False, div_id=div_id, post_script=DRAWN_JS,
-                       default_height="100%", config={"responsive": True})  # fmt: skip
+    return pio.to_html(
+        fig,
+        include_plotlyjs=include_plotlyjs,
+        full_html=False,
+        div_id=div_id,
+        post_script=DRAWN_JS,
+        default_height="100%",
+        config={"responsive": True},
+    )
 
 
 def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:

@@ -25,8 +25,18 @@ CELL_FIELDS = ("family", "seed", "lr", "final_val_loss", "init_loss", "capped_lo
 PAIRED_FIELDS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant")
 ADDED_FIELDS = ("best_loss_mean", "did_not_learn", "lrs_note", "pairs_left_out", "degenerate")  # after the older ones
 SEED_FIELDS = ("family", "seed", "lrs", "best_loss", "init_loss", "learned")
-FAMILY_FIELDS = ("family", "n", "lrs_mean", "lrs_stderr", "ci95_lo", "ci95_hi", "per_seed_lrs", "best_lr", *PAIRED_FIELDS,
-                 *ADDED_FIELDS)  # fmt: skip
+FAMILY_FIELDS = (
+    "family",
+    "n",
+    "lrs_mean",
+    "lrs_stderr",
+    "ci95_lo",
+    "ci95_hi",
+    "per_seed_lrs",
+    "best_lr",
+    *PAIRED_FIELDS,
+    *ADDED_FIELDS,
+)
 CSVS = ("lr_sensitivity.csv", "lrs.csv", "lrs_seeds.csv")
 NOTE = (
     "LR sensitivity (Wortsman et al. 2023, arXiv 2309.14322, §2.2): a family is the runs that differ only in the seed "
@@ -114,8 +124,12 @@ def lrs_note(study: LRStudy) -> str:
 
 def cell_rows(study: LRStudy) -> list[tuple]:
     """The rows of ``lr_sensitivity.csv`` (``CELL_FIELDS``)."""
-    return [(f.label, s.seed, c.lr, c.final_loss, s.init_loss, c.capped, c.state, last_max_logit(c.run))
-            for f in study.families for s in f.seeds for c in s.cells]  # fmt: skip
+    return [
+        (f.label, s.seed, c.lr, c.final_loss, s.init_loss, c.capped, c.state, last_max_logit(c.run))
+        for f in study.families
+        for s in f.seeds
+        for c in s.cells
+    ]
 
 
 def family_rows(study: LRStudy, baseline: Family | None = None) -> list[tuple]:
@@ -129,8 +143,23 @@ def family_rows(study: LRStudy, baseline: Family | None = None) -> list[tuple]:
         note = "; ".join(n for n in (lrs_note_field(f), uncompared) if n)
         left_out = None if diff is None or baseline is None else len(not_learned_pairs(f, baseline))
         degenerate = diff.degenerate if diff is not None and diff.n > 1 else None  # no test with fewer than two pairs
-        rows.append((f.label, len(f.values), *f.mean_stderr, *ci, per_seed(f), f.best_lr, baseline and baseline.label, *paired,
-                     f.best_loss_mean, len(f.not_learned), note, left_out, degenerate))  # fmt: skip
+        rows.append(
+            (
+                f.label,
+                len(f.values),
+                *f.mean_stderr,
+                *ci,
+                per_seed(f),
+                f.best_lr,
+                baseline and baseline.label,
+                *paired,
+                f.best_loss_mean,
+                len(f.not_learned),
+                note,
+                left_out,
+                degenerate,
+            )
+        )
     return rows
 
 
@@ -149,9 +178,12 @@ def write_csvs(study: LRStudy, out: Path, baseline: Family | None = None) -> lis
 
 
 def rebuild_lrs_csv(
-    cells_csv: Path | list[Path], out: Path, baseline: str | None = None, by_preset: bool = False,
+    cells_csv: Path | list[Path],
+    out: Path,
+    baseline: str | None = None,
+    by_preset: bool = False,
     families: list[str] | None = None,
-) -> Path:  # fmt: skip
+) -> Path:
     """Write ``out`` (``lrs.csv``) and ``lrs_seeds.csv`` beside it from ``cells_csv`` (one or more reports'
     ``lr_sensitivity.csv``) alone, compared with the family labelled ``baseline`` if given
     (:func:`analysis.lrs.study_from_cells`, :func:`family_rows`, :func:`seed_rows`), making ``out``'s folder if

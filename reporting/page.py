@@ -99,8 +99,11 @@ def probes_html(runs: list[Run]) -> str:
     parts = []
     for run in runs:
         pngs = sorted((run.path / "probe").glob("*.png"))
-        images = "".join(f'<img class="probe" alt="{html.escape(p.stem)}" '
-                         f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">' for p in pngs)  # fmt: skip
+        images = "".join(
+            f'<img class="probe" alt="{html.escape(p.stem)}" '
+            f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+            for p in pngs
+        )
         if images:
             parts.append(f'<h3 data-probe-run="{html.escape(run.label)}">{html.escape(run.label)}</h3>\n{images}')
     if not parts:

@@ -32,8 +32,9 @@ def default_placements(norm: NormConfig) -> list[str]:
     return names if norm.placement in names else [*names, norm.placement]
 
 
-def probe(run_dir: Path, max_examples: int, placements: list[str] | None, depths: list[int], delta: float,
-          device: torch.device) -> dict:  # fmt: skip
+def probe(
+    run_dir: Path, max_examples: int, placements: list[str] | None, depths: list[int], delta: float, device: torch.device
+) -> dict:
     """The probes' results (the keys of ``probe.json``, values not yet made JSON-safe).
 
     Raises:
@@ -62,8 +63,15 @@ def probe(run_dir: Path, max_examples: int, placements: list[str] | None, depths
     names = placements or default_placements(model.cfg.norm)
     change = init_output_change(model.cfg, names, depths, batch, delta, seed=cfg.seed)
     dependence = batch_dependence(model, *halves)
-    return {"loss": loss, "examples": len(data), "layer_drop": drops, "angular_distance": angles,
-            "output_change": change, "delta": delta, "batch_dependence": dependence}  # fmt: skip
+    return {
+        "loss": loss,
+        "examples": len(data),
+        "layer_drop": drops,
+        "angular_distance": angles,
+        "output_change": change,
+        "delta": delta,
+        "batch_dependence": dependence,
+    }
 
 
 def json_safe(value: object) -> object:
@@ -85,8 +93,11 @@ def plot_layer_drop(result: dict, path: Path) -> None:
         labels += [f"{stack}.{i}" for i in range(len(values))]
     ax.axhline(0, color="#444", lw=0.8)
     ax.set_xticks(range(len(labels)), labels)
-    ax.set(title=f"Layer drop: valid loss with block i skipped − full ({result['loss']:.3f})", xlabel="block skipped",
-           ylabel="Δ loss (nats per token)")  # fmt: skip
+    ax.set(
+        title=f"Layer drop: valid loss with block i skipped − full ({result['loss']:.3f})",
+        xlabel="block skipped",
+        ylabel="Δ loss (nats per token)",
+    )
     ax.legend()
     _save(fig, path)
 
@@ -116,8 +127,11 @@ def plot_output_change(result: dict, path: Path) -> None:
     if values and all(v is not None and v > 0 for v in values):
         ax.set_yscale("log")
     ax.set_xticks(sorted({int(d) for by_depth in result["output_change"].values() for d in by_depth}))
-    ax.set(title=f"Output change at init, δ = {result['delta']:g} · rms(w) · N(0, I)", xlabel="blocks per stack",
-           ylabel="E |f(x, w) − f(x, w + δ)|²")  # fmt: skip
+    ax.set(
+        title=f"Output change at init, δ = {result['delta']:g} · rms(w) · N(0, I)",
+        xlabel="blocks per stack",
+        ylabel="E |f(x, w) − f(x, w + δ)|²",
+    )
     ax.legend()
     _save(fig, path)
 

@@ -6,8 +6,21 @@ import statistics
 from analysis.regime import Regime
 
 RUN_FIELDS = ("preset", "train_fraction", "seed", "state", "final_val_loss", "saturation")
-REGIME_FIELDS = ("preset", "train_fraction", "runs", "n", "val_loss_mean", "saturation_mean", "diff_mean", "diff_ci95_lo",
-                 "diff_ci95_hi", "pairs", "significant", "rel_diff", "saturation_step")  # fmt: skip
+REGIME_FIELDS = (
+    "preset",
+    "train_fraction",
+    "runs",
+    "n",
+    "val_loss_mean",
+    "saturation_mean",
+    "diff_mean",
+    "diff_ci95_lo",
+    "diff_ci95_hi",
+    "pairs",
+    "significant",
+    "rel_diff",
+    "saturation_step",
+)
 
 
 def _mean(values: dict) -> float | None:
@@ -32,5 +45,4 @@ def summary_line(r: Regime, step: int, baseline: str) -> str:
     # rel_diff is set wherever there are pairs
     vs = "" if r.diff is None or r.rel_diff is None else f"  vs {baseline}: {r.diff.mean:+.3f} ({100 * r.rel_diff:+.1f} %)"
     sat, loss = (_shown(_mean(values)) for values in (r.saturation, r.val_loss))
-    return (f"fraction {r.fraction:g}  {r.preset:<10} n {len(r.val_loss)}/{r.runs}  val loss {loss}  "
-            f"saturation@{step} {sat}{vs}")  # fmt: skip
+    return f"fraction {r.fraction:g}  {r.preset:<10} n {len(r.val_loss)}/{r.runs}  val loss {loss}  saturation@{step} {sat}{vs}"

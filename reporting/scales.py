@@ -76,8 +76,9 @@ def heatmap_figure(profiles: dict, site: str, stat: str, n_enc: int) -> plt.Figu
             grid[d, j] = v
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.35 * depth))
     x0, x1 = (steps[0], steps[-1]) if len(steps) > 1 else (steps[0] - 0.5, steps[0] + 0.5)
-    im = ax.imshow(np.log10(np.maximum(grid, 1e-12)), aspect="auto", origin="lower", cmap="viridis",
-                   extent=(x0, x1, -0.5, depth - 0.5))  # fmt: skip
+    im = ax.imshow(
+        np.log10(np.maximum(grid, 1e-12)), aspect="auto", origin="lower", cmap="viridis", extent=(x0, x1, -0.5, depth - 0.5)
+    )
     _name_blocks(ax.yaxis, list(range(depth)), n_enc)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("training step")

@@ -31,8 +31,15 @@ MAX_RUNS = 100  # runs a panel draws; a sweep is usually 10-50
 
 def line(title: str, metrics: list[str], log_y: bool = False) -> wr.LinePlot:
     """A line plot of ``metrics`` vs step, each runset group drawn as its mean with a min-max band."""
-    return wr.LinePlot(title=title, x="Step", y=[*metrics], log_y=log_y or None, groupby_aggfunc="mean",
-                       groupby_rangefunc="minmax", max_runs_to_show=MAX_RUNS)  # fmt: skip
+    return wr.LinePlot(
+        title=title,
+        x="Step",
+        y=[*metrics],
+        log_y=log_y or None,
+        groupby_aggfunc="mean",
+        groupby_rangefunc="minmax",
+        max_runs_to_show=MAX_RUNS,
+    )
 
 
 def _residuals(stack: str) -> tuple[str, ...]:
@@ -64,10 +71,19 @@ def task_section(task: TaskSpec) -> ws.Section:
     """The task's metrics: ``val/<key>`` vs step for each, the headline first, and a bar chart of the test metrics."""
     ordered = sorted(task.metrics, key=lambda m: m.key != task.headline)
     tests = [f"test/{m.key}" for m in task.metrics]
-    bars = wr.BarPlot(title=" and ".join(tests), metrics=[*tests], orientation="v", groupby_aggfunc="mean",
-                      groupby_rangefunc="minmax", max_runs_to_show=MAX_RUNS)  # fmt: skip
-    return ws.Section(name=" / ".join(m.label for m in ordered), is_open=True,
-                      panels=[*(line(f"val/{m.key}", [f"val/{m.key}"]) for m in ordered), bars])  # fmt: skip
+    bars = wr.BarPlot(
+        title=" and ".join(tests),
+        metrics=[*tests],
+        orientation="v",
+        groupby_aggfunc="mean",
+        groupby_rangefunc="minmax",
+        max_runs_to_show=MAX_RUNS,
+    )
+    return ws.Section(
+        name=" / ".join(m.label for m in ordered),
+        is_open=True,
+        panels=[*(line(f"val/{m.key}", [f"val/{m.key}"]) for m in ordered), bars],
+    )
 
 
 def build_workspace(entity: str, project: str, group: str, n_enc_layers: int, n_dec_layers: int, task: TaskSpec) -> ws.Workspace:

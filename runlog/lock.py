@@ -38,8 +38,10 @@ def run_dir_lock(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown pid (it is starting)"
-            raise RunDirBusy(f"run dir {run_dir} is in use by another run ({holder}); wait for it to end, "
-                             "or give this run another hydra.run.dir") from None  # fmt: skip
+            raise RunDirBusy(
+                f"run dir {run_dir} is in use by another run ({holder}); wait for it to end, "
+                "or give this run another hydra.run.dir"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield

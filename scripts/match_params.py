@@ -33,8 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit code (1 with ``match_params: error: ...`` on bad input)."""
     parser = argparse.ArgumentParser(prog="match_params", description=__doc__.split("\n\n")[0])
     parser.add_argument("candidate", nargs="*", metavar="OVERRIDE", help="the candidate's Hydra overrides")
-    parser.add_argument("--baseline", nargs="+", required=True, metavar="OVERRIDE",
-                        help="the baseline's overrides, applied after the candidate's (norm=pre_ln)")  # fmt: skip
+    parser.add_argument(
+        "--baseline",
+        nargs="+",
+        required=True,
+        metavar="OVERRIDE",
+        help="the baseline's overrides, applied after the candidate's (norm=pre_ln)",
+    )
     parser.add_argument("--vary", default="model.d_ff", metavar="KEY", help=f"the baseline's key to vary: {', '.join(VARY_KEYS)}")
     parser.add_argument("--range", nargs=2, type=int, default=None, metavar=("LO", "HI"), help="values searched, both included")
     args = parser.parse_args(argv)

@@ -40,10 +40,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("input", nargs="?", default="-", help="text file, one sentence (or word) per line; - or none: stdin")
     default = DecodeConfig()  # the run's decode defaults (conf/config.yaml)
-    parser.add_argument("--beam-size", type=int, default=default.beam_size,
-                        help=f"hypotheses kept per sentence; 1 is greedy (default {default.beam_size})")  # fmt: skip
-    parser.add_argument("--length-penalty", type=float, default=default.length_penalty,
-                        help=f"GNMT alpha (default {default.length_penalty})")  # fmt: skip
+    parser.add_argument(
+        "--beam-size",
+        type=int,
+        default=default.beam_size,
+        help=f"hypotheses kept per sentence; 1 is greedy (default {default.beam_size})",
+    )
+    parser.add_argument(
+        "--length-penalty", type=float, default=default.length_penalty, help=f"GNMT alpha (default {default.length_penalty})"
+    )
     parser.add_argument("--max-tokens", type=int, default=4096, help="token budget of one decoding batch")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
@@ -51,8 +56,10 @@ def main(argv: list[str] | None = None) -> None:
         dcfg = DecodeConfig(beam_size=args.beam_size, length_penalty=args.length_penalty)
         device = parse_device(args.device)
         if args.max_tokens < 1:
-            raise ValueError(f"--max-tokens {args.max_tokens} is invalid; it must be an integer >= 1 (tokens in one "
-                             f"decoding batch; default 4096)")  # fmt: skip
+            raise ValueError(
+                f"--max-tokens {args.max_tokens} is invalid; it must be an integer >= 1 (tokens in one "
+                f"decoding batch; default 4096)"
+            )
         path = checkpoint_path(args.checkpoint)
         ckpt = load_checkpoint(path)
         model, src, tgt, task = from_checkpoint(ckpt, path, device)

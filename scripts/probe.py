@@ -39,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory holding checkpoint.pt")
     parser.add_argument("--max-examples", type=int, default=500, help="validation pairs probed, at an even stride (default 500)")
-    parser.add_argument("--placements", nargs="+", default=None,
-                        help=f"output change: placements (default: {' '.join(DEFAULT_PLACEMENTS)}, run's own)")  # fmt: skip
+    parser.add_argument(
+        "--placements",
+        nargs="+",
+        default=None,
+        help=f"output change: placements (default: {' '.join(DEFAULT_PLACEMENTS)}, run's own)",
+    )
     parser.add_argument("--depths", nargs="+", type=int, default=[1, 2, 4, 6], help="output change: blocks per stack")
     parser.add_argument("--delta", type=float, default=1e-3, help="output change: δ's scale, times rms(w) (default 1e-3)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -52,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probe: error: {e}", file=sys.stderr)
         return 1
     paths = write_probe(result, args.run_dir / "probe")
-    print(f"probe: full valid loss {result['loss']:.4f} on {result['examples']} pairs; wrote {', '.join(p.name for p in paths)} "
-          f"into {args.run_dir / 'probe'}")  # fmt: skip
+    print(
+        f"probe: full valid loss {result['loss']:.4f} on {result['examples']} pairs; wrote {', '.join(p.name for p in paths)} "
+        f"into {args.run_dir / 'probe'}"
+    )
     return 0
 
 

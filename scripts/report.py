@@ -68,11 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="report", description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path, metavar="SWEEP_DIR", help="sweep dir(s), run dir(s), or folders of them")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <first dir>/report)")
-    parser.add_argument("--baseline", metavar="VARIANT", default=None,
-                        help="a variant label as the variants table shows it (or an LR family's, as the LR-sensitivity "
-                             "table shows it), or the norm preset its runs used (pre_ln, norm=pre_ln): compare each "
-                             "variant (family's LRS) to it by seed; default: the variant of the default preset pre_ln "
-                             "when there is one; none: no comparison")  # fmt: skip
+    parser.add_argument(
+        "--baseline",
+        metavar="VARIANT",
+        default=None,
+        help="a variant label as the variants table shows it (or an LR family's, as the LR-sensitivity "
+        "table shows it), or the norm preset its runs used (pre_ln, norm=pre_ln): compare each "
+        "variant (family's LRS) to it by seed; default: the variant of the default preset pre_ln "
+        "when there is one; none: no comparison",
+    )
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else args.dirs[0] / "report"
     try:

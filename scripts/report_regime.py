@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report_regime: error: {e}", file=sys.stderr)
         return 2
     found.sort(key=lambda c: (c.fraction, c.preset, str(c.seed)))
-    write_csv(out / "regime_runs.csv", RUN_FIELDS,
-              [[c.preset, c.fraction, c.seed, c.state, c.val_loss, c.saturation] for c in found])  # fmt: skip
+    write_csv(
+        out / "regime_runs.csv", RUN_FIELDS, [[c.preset, c.fraction, c.seed, c.state, c.val_loss, c.saturation] for c in found]
+    )
     write_csv(out / "regime.csv", REGIME_FIELDS, [regime_row(r, args.step) for r in rows])
     for r in rows:
         print(summary_line(r, args.step, args.baseline))

@@ -45,10 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seeds_needed: error: {e}", file=sys.stderr)
         return 2
     print(f"{args.family} - {args.baseline}, per seed: " + ", ".join(f"{s}: {d:.3f}" for s, d in zip(seeds, diffs, strict=True)))
-    print(f"mean {p['mean']:.3f}, sd {p['sd']:.3f} ({len(diffs) - 1} dof); sd at its one-sided {args.level:.0%} upper "
-          f"limit {p['sd_upper']:.3f} (Browne 1995)")  # fmt: skip
-    print(f"pairs for {args.power:.0%} power (two-sided paired t, alpha {args.alpha:g}) at the mean difference: "
-          f"{p['n_point']} with the sd as estimated, {p['n_upper']} at its upper limit")  # fmt: skip
+    print(
+        f"mean {p['mean']:.3f}, sd {p['sd']:.3f} ({len(diffs) - 1} dof); sd at its one-sided {args.level:.0%} upper "
+        f"limit {p['sd_upper']:.3f} (Browne 1995)"
+    )
+    print(
+        f"pairs for {args.power:.0%} power (two-sided paired t, alpha {args.alpha:g}) at the mean difference: "
+        f"{p['n_point']} with the sd as estimated, {p['n_upper']} at its upper limit"
+    )
     return 0
 
 

@@ -31,8 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check:
         for key in changed:
-            print(f"verdicts: block 'verdicts: {key}' of {args.page} differs from the computed verdicts; "
-                  "run python -m scripts.verdicts", file=sys.stderr)  # fmt: skip
+            print(
+                f"verdicts: block 'verdicts: {key}' of {args.page} differs from the computed verdicts; "
+                "run python -m scripts.verdicts",
+                file=sys.stderr,
+            )
         return 1 if changed else 0
     args.page.write_text(new, encoding="utf-8")
     print(f"verdicts: {len(changed)} block(s) rewritten in {args.page}: {', '.join(changed) or 'none'}")

@@ -32,8 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entity", required=True, help="W&B entity (user or team)")
     parser.add_argument("--project", required=True, help="W&B project (logger.project)")
     parser.add_argument("--group", required=True, help="the sweep's wandb group (logger.group)")
-    parser.add_argument("--run-dir", type=Path, default=None,
-                        help="a run dir or the sweep dir: the layer counts and the task come from its first run")  # fmt: skip
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="a run dir or the sweep dir: the layer counts and the task come from its first run",
+    )
     parser.add_argument("--n-enc-layers", type=int, default=None, help="encoder layers (default: from --run-dir)")
     parser.add_argument("--n-dec-layers", type=int, default=None, help="decoder layers (default: from --run-dir)")
     parser.add_argument("--save", action="store_true", help="upload the workspace (needs a W&B API key)")

@@ -70,8 +70,10 @@ def finished_run_changes(run_dir: Path, config: dict[str, Any]) -> str:
         return ""
     old = with_current_names(cast(dict[str, Any], OmegaConf.to_container(OmegaConf.load(path), resolve=True)))
     if model := config_diff(_model(old), _model(config), was="finished run"):
-        raise ResumeRefused(f"{run_dir} holds a finished run of another model ({model}); nothing was changed there: "
-                            "give this run another hydra.run.dir, or train.resume=null to replace that run")  # fmt: skip
+        raise ResumeRefused(
+            f"{run_dir} holds a finished run of another model ({model}); nothing was changed there: "
+            "give this run another hydra.run.dir, or train.resume=null to replace that run"
+        )
     old_rest, new_rest = ({k: v for k, v in c.items() if k not in MODEL_SECTIONS} for c in (old, config))
     return config_diff(old_rest, new_rest, was="finished run")
 
@@ -79,8 +81,9 @@ def finished_run_changes(run_dir: Path, config: dict[str, Any]) -> str:
 def _model(config: dict[str, Any]) -> dict[str, Any]:
     """The model a resolved run config describes, in :meth:`ModelConfig.to_dict`'s form (vocabulary sizes aside)."""
     try:
-        return ModelConfig.from_dict({**config.get("model", {}), "norm": config.get("norm", {}), "src_vocab": 1,
-                                      "tgt_vocab": 1}).to_dict()  # fmt: skip
+        return ModelConfig.from_dict(
+            {**config.get("model", {}), "norm": config.get("norm", {}), "src_vocab": 1, "tgt_vocab": 1}
+        ).to_dict()
     except (TypeError, ValueError):  # a config no longer valid: compared as written
         return {k: config.get(k) for k in MODEL_SECTIONS}
 
@@ -102,8 +105,10 @@ def set_rng_state(states: list[dict[str, Any]], rank: int, world: int, device: t
     single dict a list of one) cannot continue every rank's stream: rank r then takes state ``r mod n`` and a
     warning says that the resumed run is not bit-exact (its data shards differ too)."""
     if len(states) != world and rank == 0:
-        print(f"normlab: warning: the checkpoint holds RNG streams of {len(states)} rank(s), this run has {world}: "
-              "training continues, but not exactly as the interrupted run would have")  # fmt: skip
+        print(
+            f"normlab: warning: the checkpoint holds RNG streams of {len(states)} rank(s), this run has {world}: "
+            "training continues, but not exactly as the interrupted run would have"
+        )
     state = states[rank % len(states)]
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])

@@ -62,8 +62,10 @@ def norm_kind_as_preset(args: list[str]) -> str | None:
     for arg in args:
         key, _, value = arg.partition("=")
         if key == "norm" and value in NORM_KINDS and value not in presets("norm"):
-            return (f"norm={value} is not a preset; did you mean norm.kind={value} (the norm kind, on the default "
-                    f"placement) or a preset such as norm=pre_ln? presets: {', '.join(presets('norm'))}")  # fmt: skip
+            return (
+                f"norm={value} is not a preset; did you mean norm.kind={value} (the norm kind, on the default "
+                f"placement) or a preset such as norm=pre_ln? presets: {', '.join(presets('norm'))}"
+            )
     return None
 
 
@@ -77,8 +79,9 @@ def sweep_preset_warning(args: list[str]) -> str | None:
         key, _, name = arg.lstrip("+").partition("=")
         path = CONF / "experiment" / f"{name}.yaml"
         if key == "experiment" and path.is_file() and OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params"):
-            return (f"+experiment={name} is a sweep preset; without -m only one run (its base config) trains: "
-                    f"add -m to run the sweep")  # fmt: skip
+            return (
+                f"+experiment={name} is a sweep preset; without -m only one run (its base config) trains: add -m to run the sweep"
+            )
     return None
 
 
@@ -120,8 +123,10 @@ def _create(run_dir: str) -> None:
     try:  # a real write: os.access would pass a read-only mount, and pass everything as root
         tempfile.TemporaryFile(dir=run_dir).close()
     except OSError as e:
-        sys.exit(f"normlab: error: cannot write into run dir '{run_dir}': {e.strerror or e}; make it writable "
-                 "or give another hydra.run.dir")  # fmt: skip
+        sys.exit(
+            f"normlab: error: cannot write into run dir '{run_dir}': {e.strerror or e}; make it writable "
+            "or give another hydra.run.dir"
+        )
 
 
 def hydra_quoted(value: str) -> str:

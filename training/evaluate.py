@@ -67,8 +67,15 @@ def decode_all(
     hyps: list[list[int]] = [[] for _ in src]
     for index in make_batches(data, max_tokens):
         batch = collate(data, index).to(device)
-        out = beam_search(model, batch.src, bos_id=BOS_ID, eos_id=EOS_ID, beam_size=dcfg.beam_size,
-                          alpha=dcfg.length_penalty, max_len=dcfg.max_len(batch.src.shape[1]))  # fmt: skip
+        out = beam_search(
+            model,
+            batch.src,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            beam_size=dcfg.beam_size,
+            alpha=dcfg.length_penalty,
+            max_len=dcfg.max_len(batch.src.shape[1]),
+        )
         for row, ids in zip(index, out, strict=True):
             hyps[row] = ids
     model.train(was_training)

@@ -130,8 +130,10 @@ def logged_rows(path: Path) -> list[tuple[int, str]]:
             if number == len(lines) and not text.endswith("\n"):
                 print(f"normlab: {path}: dropped its last line (line {number}), cut short by a run killed mid-write")
                 continue
-            raise ValueError(f"{path} line {number} is not a metrics row ({type(e).__name__}: {e}); only a last line "
-                             "cut short by a kill is dropped on resume: repair or delete that line") from None  # fmt: skip
+            raise ValueError(
+                f"{path} line {number} is not a metrics row ({type(e).__name__}: {e}); only a last line "
+                "cut short by a kill is dropped on resume: repair or delete that line"
+            ) from None
     return rows
 
 
@@ -164,11 +166,15 @@ def start_wandb(run_dir: Path, init_kwargs: dict[str, Any], resume_step: int, la
         try:
             run = wandb.init(**kwargs, resume_from=f"{run_id}?_step={resume_step}")
         except wandb.errors.Error as e:  # rewind is not enabled on every server
-            print(f"normlab: wandb could not rewind run {run_id} to step {resume_step} ({e}); it keeps the earlier rows "
-                  f"for {replayed} and ignores the replayed ones (metrics.jsonl has the replayed ones)")  # fmt: skip
+            print(
+                f"normlab: wandb could not rewind run {run_id} to step {resume_step} ({e}); it keeps the earlier rows "
+                f"for {replayed} and ignores the replayed ones (metrics.jsonl has the replayed ones)"
+            )
     elif run_id and last_logged > resume_step and mode == "offline":
-        print(f"normlab: wandb is offline: the interrupted attempt's rows for {replayed} stay in its offline folder, so "
-              f"after wandb sync those steps appear twice (metrics.jsonl has them once)")  # fmt: skip
+        print(
+            f"normlab: wandb is offline: the interrupted attempt's rows for {replayed} stay in its offline folder, so "
+            f"after wandb sync those steps appear twice (metrics.jsonl has them once)"
+        )
     if run is None:
         run = wandb.init(**kwargs, **({"id": run_id, "resume": "allow"} if run_id else {}))
     if not run_id:

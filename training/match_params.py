@@ -84,8 +84,10 @@ def closest(count_at: Callable[[int], int], target: int, low: int, high: int, st
         ValueError: ``target`` is outside [count_at(low), count_at(high)]: no value in the range matches it.
     """
     if not count_at(low) <= target <= count_at(high):
-        raise ValueError(f"no value in [{low}, {high}] matches {target:,} parameters: the baseline has "
-                         f"{count_at(low):,} at {low} and {count_at(high):,} at {high}")  # fmt: skip
+        raise ValueError(
+            f"no value in [{low}, {high}] matches {target:,} parameters: the baseline has "
+            f"{count_at(low):,} at {low} and {count_at(high):,} at {high}"
+        )
     lo, hi = low // step, high // step
     while lo < hi:  # the first multiple whose count reaches the target
         mid = (lo + hi) // 2
@@ -142,10 +144,13 @@ def match_params(
 def report(match: Match, candidate: Sequence[str], baseline: Sequence[str]) -> str:
     """The lines ``main`` prints: both counts, the value found, the gap, the override."""
     hc = f", {match.target_hc:,} of them hyper-connections" if match.target_hc else ""
-    return "\n".join([
-        f"candidate ({' '.join(candidate)}): {match.target:,} parameters{hc}",
-        f"baseline ({' '.join([*candidate, *baseline])}): {match.given_params:,} parameters at {match.key}={match.given_value}",
-        f"closest: {match.override} gives the baseline {match.params:,} parameters, {match.gap:+,} "
-        f"({100 * match.relative_gap:+.2f} %) vs the candidate",
-        f"add to the baseline's sweep: {match.override}",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"candidate ({' '.join(candidate)}): {match.target:,} parameters{hc}",
+            f"baseline ({' '.join([*candidate, *baseline])}): {match.given_params:,} parameters at "
+            f"{match.key}={match.given_value}",
+            f"closest: {match.override} gives the baseline {match.params:,} parameters, {match.gap:+,} "
+            f"({100 * match.relative_gap:+.2f} %) vs the candidate",
+            f"add to the baseline's sweep: {match.override}",
+        ]
+    )

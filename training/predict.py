@@ -79,8 +79,16 @@ def input_notes(lines: list[str], src: Tokenizer, task: TaskSpec, max_len: int) 
     return notes
 
 
-def predict(lines: list[str], model: EncoderDecoder, src: Tokenizer, tgt: Tokenizer, task: TaskSpec, dcfg: DecodeConfig,
-            max_tokens: int, device: torch.device) -> list[str]:  # fmt: skip
+def predict(
+    lines: list[str],
+    model: EncoderDecoder,
+    src: Tokenizer,
+    tgt: Tokenizer,
+    task: TaskSpec,
+    dcfg: DecodeConfig,
+    max_tokens: int,
+    device: torch.device,
+) -> list[str]:
     """One output string per input line (an empty line gives an empty output)."""
     ids = [x[: model.cfg.max_len - 1] for x in encode_all(src, prepared(lines, task))]
     todo = [i for i, x in enumerate(ids) if x]
@@ -102,5 +110,6 @@ def read_input(path: Path) -> str:
     except FileNotFoundError:
         raise  # its message names the file
     except OSError as e:
-        raise ValueError(f"input {str(path)!r}: {e.strerror or e}; INPUT is a text file, one sentence (or word) per line, "
-                         f"or - for stdin") from None  # fmt: skip
+        raise ValueError(
+            f"input {str(path)!r}: {e.strerror or e}; INPUT is a text file, one sentence (or word) per line, or - for stdin"
+        ) from None

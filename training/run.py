@@ -75,11 +75,16 @@ class Run:
         ``save_run`` and a resume alike (``training.state``). None: a piece this run does not keep (``best``
         without ``trainer.test_checkpoint=best``), saved as None."""
         return {
-            "model": self.model, "optimizer": self.opt, "rng": RankRngs(self.device, self.world),
-            "step": Field(self, "step", int), "data_position": Field(self, "data_position", tuple),
-            "counters": Field(self, "counters", dict), "spikes": self.spikes, "telemetry": self.telemetry,
+            "model": self.model,
+            "optimizer": self.opt,
+            "rng": RankRngs(self.device, self.world),
+            "step": Field(self, "step", int),
+            "data_position": Field(self, "data_position", tuple),
+            "counters": Field(self, "counters", dict),
+            "spikes": self.spikes,
+            "telemetry": self.telemetry,
             "best": self.best,
-        }  # fmt: skip
+        }
 
 
 def resolve_device(name: str) -> torch.device:
@@ -103,13 +108,7 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     tc = cfg.trainer
     device = distributed.local_device(resolve_device(tc.device))
     precision = resolve_precision(tc.precision, device)  # what trainer.precision=auto chose: in status.json and the log
-    ckpt, resumed_from = resolve_resume(cfg.train.resume, run_dir) or (None, None)
-    # Each rank reads the checkpoint itself: a node that does not see the run dir (or sees an old copy) would train on
-    # from another step, its collectives out of step with the others'.
-    distributed.check_same("train.resume: the checkpoint found", f"step {ckpt['step']}" if ckpt else "none",
-                           f"the run dir {run_dir} must be on a filesystem that every node sees")  # fmt: skip
-    if ckpt:
-        refuse_unfit(ckpt, resumed_from, tc.max_steps)
+    ckpt, resumed_from = checkpoint_to_resume(cfg, run_dir)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
 
@@ -128,18 +127,52 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     telemetry = Telemetry(model, cfg.telemetry)
     opt = build_optimizer(model, cfg.optim)
     world = distributed.world_size()
-    options = StepOptions(world=world, label_smoothing=tc.label_smoothing, grad_clip=tc.grad_clip,
-                          autocast=autocast(precision, device), z_loss=cfg.optim.z_loss)  # fmt: skip
+    options = StepOptions(world, tc.label_smoothing, tc.grad_clip, autocast(precision, device), cfg.optim.z_loss)
     best = BestCheckpoint(task.spec.metric(task.spec.headline)) if tc.test_checkpoint == "best" else None
     average = LastCheckpoints(tc.average_last, tc.checkpoint_every, tc.max_steps) if tc.average_last else None
-    run = Run(cfg, run_dir, is_main, device, world, mcfg, task, model, opt, telemetry, options,
-              peak_flops(device, tc.peak_tflops), best=best, average=average)  # fmt: skip
+    run = Run(
+        cfg,
+        run_dir,
+        is_main,
+        device,
+        world,
+        mcfg,
+        task,
+        model,
+        opt,
+        telemetry,
+        options,
+        peak_flops(device, tc.peak_tflops),
+        best=best,
+        average=average,
+    )
     if ckpt:
         resume(run, ckpt, resumed_from)
     if run.average and is_main:  # snapshots past the checkpoint's step, or no longer due: a straight run would not hold them
         run.average.prune(run_dir, run.step)
     set_off(run, precision)
     return run
+
+
+def checkpoint_to_resume(cfg: RunConfig, run_dir: Path) -> tuple[dict[str, Any] | None, Path | None]:
+    """The checkpoint ``train.resume`` finds for this run and the file it was read from, checked to fit it;
+    (None, None) when there is none.
+
+    Raises:
+        ResumeRefused: a checkpoint of weights only, or one past ``trainer.max_steps``.
+        ValueError / FileNotFoundError: a bad resume path or checkpoint; ranks that found different checkpoints.
+    """
+    ckpt, resumed_from = resolve_resume(cfg.train.resume, run_dir) or (None, None)
+    # Each rank reads the checkpoint itself: a node that does not see the run dir (or sees an old copy) would train on
+    # from another step, its collectives out of step with the others'.
+    distributed.check_same(
+        "train.resume: the checkpoint found",
+        f"step {ckpt['step']}" if ckpt else "none",
+        f"the run dir {run_dir} must be on a filesystem that every node sees",
+    )
+    if ckpt:
+        refuse_unfit(ckpt, resumed_from, cfg.trainer.max_steps)
+    return ckpt, resumed_from
 
 
 def resume(run: Run, ckpt: dict[str, Any], resumed_from: Path) -> None:
@@ -151,8 +184,10 @@ def resume(run: Run, ckpt: dict[str, Any], resumed_from: Path) -> None:
     load_state(run.pieces(), ckpt, resumed_from)
     run.last_good = f"{resumed_from} (step {run.step})"
     changed = config_diff(ckpt["config"], run.cfg.resolved)
-    print(f"normlab: resuming from step {run.step} (checkpoint {resumed_from})"
-          + (f" with changed settings: {changed}" if changed else ""))  # fmt: skip
+    print(
+        f"normlab: resuming from step {run.step} (checkpoint {resumed_from})"
+        + (f" with changed settings: {changed}" if changed else "")
+    )
 
 
 def set_off(run: Run, precision: str) -> None:
@@ -161,29 +196,37 @@ def set_off(run: Run, precision: str) -> None:
     cfg, tc, model = run.cfg, run.cfg.trainer, run.model
     run.sched = build_scheduler(run.opt, cfg.optim.lr, cfg.schedule, tc.max_steps, start_step=run.step)
     if cfg.schedule.warmup_steps >= tc.max_steps:
-        print(f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} >= trainer.max_steps={tc.max_steps}: "
-              f"the whole run warms up (to step {tc.max_steps}), no decay")  # fmt: skip
+        print(
+            f"normlab: schedule.warmup_steps={cfg.schedule.warmup_steps} >= trainer.max_steps={tc.max_steps}: "
+            f"the whole run warms up (to step {tc.max_steps}), no decay"
+        )
     if tc.compile:
         model.compile_layers()
     if run.world > 1:  # norms that read the batch take their statistics over every rank's tokens
         model.set_norm_group(torch.distributed.group.WORLD)
     ddp = run.device.index if run.device.type == "cuda" else None
     run.ddp = DistributedDataParallel(model, device_ids=[ddp] if ddp is not None else None) if run.world > 1 else model
-    run.logger = MetricsLogger(run.run_dir if run.is_main else None, wandb_run(cfg, run.run_dir) if run.is_main else None,
-                               resume_step=run.step)  # fmt: skip
-    print(f"normlab: {model.parameter_counts()['total'] / 1e6:.2f}M parameters{hyper_connection_note(model)}, norm "
-          f"{run.mcfg.norm.placement}/{run.mcfg.norm.kind}/{run.mcfg.norm.impl}, device {run.device} x {run.world}, "
-          f"{precision}, run dir {run.run_dir}")  # fmt: skip
+    run.logger = MetricsLogger(
+        run.run_dir if run.is_main else None, wandb_run(cfg, run.run_dir) if run.is_main else None, resume_step=run.step
+    )
+    print(
+        f"normlab: {model.parameter_counts()['total'] / 1e6:.2f}M parameters{hyper_connection_note(model)}, norm "
+        f"{run.mcfg.norm.placement}/{run.mcfg.norm.kind}/{run.mcfg.norm.impl}, device {run.device} x {run.world}, "
+        f"{precision}, run dir {run.run_dir}"
+    )
 
 
 def refuse_unfit(ckpt: dict[str, Any], resumed_from: Path, max_steps: int) -> None:
     """Raise ResumeRefused for a checkpoint this run cannot continue: weights only, or past ``max_steps``."""
     if "optimizer" not in ckpt:
-        raise ResumeRefused(f"train.resume: {resumed_from} holds weights only ({BEST}: for testing and predict.py); "
-                            "resume from a checkpoint.pt")  # fmt: skip
+        raise ResumeRefused(
+            f"train.resume: {resumed_from} holds weights only ({BEST}: for testing and predict.py); resume from a checkpoint.pt"
+        )
     if ckpt["step"] > max_steps:
-        raise ResumeRefused(f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={max_steps}; "
-                            "raise trainer.max_steps to train on, or start afresh with train.resume=null")  # fmt: skip
+        raise ResumeRefused(
+            f"train.resume: {resumed_from} is at step {ckpt['step']}, past trainer.max_steps={max_steps}; "
+            "raise trainer.max_steps to train on, or start afresh with train.resume=null"
+        )
 
 
 def claim_run_dir(cfg: RunConfig, run_dir: Path, fresh: bool) -> None:
@@ -201,8 +244,13 @@ def claim_run_dir(cfg: RunConfig, run_dir: Path, fresh: bool) -> None:
 def sized_model_config(cfg: RunConfig, task: Task) -> ModelConfig:
     """``cfg.model`` sized to ``task``: its vocabulary sizes, the padding id and whether source and target share
     one embedding (a joint vocabulary). What a run's model is built from, and ``scripts/match_params.py``'s."""
-    return replace(cfg.model, src_vocab=task.src_vocab.get_vocab_size(), tgt_vocab=task.tgt_vocab.get_vocab_size(),
-                   pad_id=PAD_ID, share_embeddings=task.share_embeddings)  # fmt: skip
+    return replace(
+        cfg.model,
+        src_vocab=task.src_vocab.get_vocab_size(),
+        tgt_vocab=task.tgt_vocab.get_vocab_size(),
+        pad_id=PAD_ID,
+        share_embeddings=task.share_embeddings,
+    )
 
 
 def hyper_connection_note(model: EncoderDecoder) -> str:
@@ -225,10 +273,13 @@ def wandb_run(cfg: RunConfig, run_dir: Path) -> dict | None:
         return None
     n = cfg.model.norm
     return {
-        "project": cfg.logger.project, "entity": cfg.logger.entity, "group": cfg.logger.group or sweep_group(),
-        "name": run_dir.name, "config": cfg.resolved,
+        "project": cfg.logger.project,
+        "entity": cfg.logger.entity,
+        "group": cfg.logger.group or sweep_group(),
+        "name": run_dir.name,
+        "config": cfg.resolved,
         "tags": [f"kind={n.kind}", f"impl={n.impl}", f"placement={n.placement}", f"seed={cfg.seed}"],
-    }  # fmt: skip
+    }
 
 
 def validate_run(run: Run) -> str:

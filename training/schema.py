@@ -98,19 +98,34 @@ class TrainerConfig:
             value = getattr(self, key)
             _require(value is None or value >= 1, f"trainer.{key}", value, "it must be null (all) or >= 1")
         clip = self.grad_clip
-        _require(clip is None or (clip > 0 and math.isfinite(clip)), "trainer.grad_clip", clip,
-                 "it must be null (no clipping) or a finite number > 0")  # fmt: skip
+        _require(
+            clip is None or (clip > 0 and math.isfinite(clip)),
+            "trainer.grad_clip",
+            clip,
+            "it must be null (no clipping) or a finite number > 0",
+        )
         _require(0 <= self.label_smoothing < 1, "trainer.label_smoothing", self.label_smoothing, "it must be in [0, 1)")
-        _require(self.peak_tflops is None or self.peak_tflops > 0, "trainer.peak_tflops", self.peak_tflops,
-                 "it must be null or > 0")  # fmt: skip
-        _require(self.test_checkpoint in TEST_CHECKPOINTS, "trainer.test_checkpoint", self.test_checkpoint,
-                 f"valid: {', '.join(TEST_CHECKPOINTS)}")  # fmt: skip
-        _require(self.average_last is None or self.average_last >= 2, "trainer.average_last", self.average_last,
-                 "it must be null (off) or an integer >= 2 (the checkpoints averaged)")  # fmt: skip
+        _require(
+            self.peak_tflops is None or self.peak_tflops > 0, "trainer.peak_tflops", self.peak_tflops, "it must be null or > 0"
+        )
+        _require(
+            self.test_checkpoint in TEST_CHECKPOINTS,
+            "trainer.test_checkpoint",
+            self.test_checkpoint,
+            f"valid: {', '.join(TEST_CHECKPOINTS)}",
+        )
+        _require(
+            self.average_last is None or self.average_last >= 2,
+            "trainer.average_last",
+            self.average_last,
+            "it must be null (off) or an integer >= 2 (the checkpoints averaged)",
+        )
         if self.average_last is not None and self.test_checkpoint == "best":
-            raise ValueError(f"trainer.average_last={self.average_last} and trainer.test_checkpoint=best both choose the "
-                             "weights the final test scores; set one: trainer.average_last=null or "
-                             "trainer.test_checkpoint=last")  # fmt: skip
+            raise ValueError(
+                f"trainer.average_last={self.average_last} and trainer.test_checkpoint=best both choose the "
+                "weights the final test scores; set one: trainer.average_last=null or "
+                "trainer.test_checkpoint=last"
+            )
 
 
 @dataclass(frozen=True)
@@ -135,8 +150,12 @@ class OptimConfig:
         _require(self.eps > 0 and math.isfinite(self.eps), "optim.eps", self.eps, "it must be a finite number > 0")
         _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "it must be >= 0")
         _require(all(0 <= b < 1 for b in self.betas), "optim.betas", list(self.betas), "it must be two numbers in [0, 1)")
-        _require(self.z_loss >= 0 and math.isfinite(self.z_loss), "optim.z_loss", self.z_loss,
-                 "it must be a finite number >= 0 (0: no z-loss; PaLM uses 1e-4)")  # fmt: skip
+        _require(
+            self.z_loss >= 0 and math.isfinite(self.z_loss),
+            "optim.z_loss",
+            self.z_loss,
+            "it must be a finite number >= 0 (0: no z-loss; PaLM uses 1e-4)",
+        )
 
 
 @dataclass(frozen=True)
@@ -184,8 +203,10 @@ class DecodeConfig:
         if not self.length_penalty >= 0:
             raise ValueError(f"decode.length_penalty={self.length_penalty!r} is invalid; it must be >= 0")
         if not (self.max_len_a >= 0 and isinstance(self.max_len_b, int) and self.max_len_a + self.max_len_b >= 1):
-            raise ValueError(f"decode.max_len_a={self.max_len_a!r}, decode.max_len_b={self.max_len_b!r} are invalid; "
-                             "a must be >= 0, b an integer, and a + b >= 1")  # fmt: skip
+            raise ValueError(
+                f"decode.max_len_a={self.max_len_a!r}, decode.max_len_b={self.max_len_b!r} are invalid; "
+                "a must be >= 0, b an integer, and a + b >= 1"
+            )
 
     def max_len(self, src_len: int) -> int:
         """Most tokens generated for a batch whose longest source has ``src_len`` tokens."""

@@ -71,9 +71,11 @@ def timing_error(params: dict[str, Any]) -> str | None:
     delay, limit = params.get("signal_delay_s", 0), params.get("timeout_min", 0)
     if 0 <= delay < 60 * limit:
         return None
-    return (f"hydra.launcher.signal_delay_s={delay} is not within hydra.launcher.timeout_min={limit} ({60 * limit} s): "
-            f"SLURM's time-limit warning (USR2, signal_delay_s before the limit) would come as the job starts; "
-            f"set signal_delay_s to 0..{60 * limit - 1} or raise timeout_min")  # fmt: skip
+    return (
+        f"hydra.launcher.signal_delay_s={delay} is not within hydra.launcher.timeout_min={limit} ({60 * limit} s): "
+        f"SLURM's time-limit warning (USR2, signal_delay_s before the limit) would come as the job starts; "
+        f"set signal_delay_s to 0..{60 * limit - 1} or raise timeout_min"
+    )
 
 
 def submit_error(error: BaseException) -> str | None:
@@ -90,5 +92,7 @@ def missing_error() -> str | None:
     """The line for a machine without SLURM's commands (:data:`COMMANDS` not on PATH); None when both are there."""
     if not (missing := [c for c in COMMANDS if shutil.which(c) is None]):
         return None
-    return (f"hydra/launcher=slurm: no SLURM here ({' and '.join(missing)} not on PATH); run the sweep where sinfo lists "
-            f"your cluster's partitions, or pick another hydra/launcher")  # fmt: skip
+    return (
+        f"hydra/launcher=slurm: no SLURM here ({' and '.join(missing)} not on PATH); run the sweep where sinfo lists "
+        f"your cluster's partitions, or pick another hydra/launcher"
+    )

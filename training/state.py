@@ -79,8 +79,10 @@ def load_state(pieces: dict[str, Stateful | None], ckpt: dict[str, Any], source:
         ValueError: ``ckpt`` (read from ``source``) lacks an entry the registry names; the message lists them.
     """
     if missing := [key for key in pieces if key not in ckpt]:
-        raise ValueError(f"train.resume: {source} lacks the checkpoint entries {missing}: it was not written by "
-                         "normlab's save_run (runlog/migrate.py lists what older checkpoints may lack)")  # fmt: skip
+        raise ValueError(
+            f"train.resume: {source} lacks the checkpoint entries {missing}: it was not written by "
+            "normlab's save_run (runlog/migrate.py lists what older checkpoints may lack)"
+        )
     for key, piece in pieces.items():
         if piece is not None and ckpt[key] is not None:
             piece.load_state_dict(ckpt[key])

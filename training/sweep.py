@@ -47,8 +47,10 @@ def sweep_group() -> str | None:
     return "/".join(below) or parts[-1]
 
 
-LOCAL_LAUNCHERS = ("hydra._internal.core_plugins.basic_launcher.BasicLauncher",
-                   "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher")  # fmt: skip
+LOCAL_LAUNCHERS = (
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+)
 
 
 def sweep_stop_file() -> Path | None:
@@ -88,8 +90,12 @@ def summarize(sweep_dir: Path) -> tuple[str, int]:
     if not rows:
         return f"no jobs found under {sweep_dir}", 0
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = [f"{job:<{widths[0]}}  {state:<{widths[1]}}  {step:>{widths[2]}}  " + (f"{slurm:<{widths[3]}}  " if widths[3] else "")
-             + test for job, state, step, slurm, test in rows]  # fmt: skip
+    lines = [
+        f"{job:<{widths[0]}}  {state:<{widths[1]}}  {step:>{widths[2]}}  "
+        + (f"{slurm:<{widths[3]}}  " if widths[3] else "")
+        + test
+        for job, state, step, slurm, test in rows
+    ]
     return "\n".join([f"sweep {sweep_dir}: {len(rows)} jobs, {failed} failed", *lines]), failed
 
 

@@ -90,8 +90,9 @@ class LogWindow:
                 tqdm.write(f"step {run.step}: first non-finite telemetry value at {self.first_bad_site}")
         if bad >= 0:
             where = f"; first non-finite activation: {self.first_bad_site}" if self.first_bad_site else ""
-            raise NonFiniteLossError(f"non-finite training loss at step {int(bad)}{where}; "
-                                     f"last finite checkpoint: {run.last_good}", int(bad))  # fmt: skip
+            raise NonFiniteLossError(
+                f"non-finite training loss at step {int(bad)}{where}; last finite checkpoint: {run.last_good}", int(bad)
+            )
         run.spikes.add(per_step[: self.steps], per_step[self.steps :])
         if stats:
             self.record, self.record_step = stats, run.step
@@ -101,7 +102,14 @@ class LogWindow:
         mfu = {"perf/mfu": self.flops / elapsed / (run.peak_flops * run.world)} if run.peak_flops else {}
         train = {"train/loss": loss / self.steps, **({"train/z_loss": z_loss / self.steps} if self.z_loss else {})}
         return {
-            **train, **run.spikes.metrics(), "optim/lr": lr, "optim/grad_norm": norm, "optim/grad_norm_clipped": norm_clipped,
-            "perf/tokens_per_s": self.tokens / elapsed, "perf/step_ms": 1000 * elapsed / self.steps, **mfu,
-            "mem/peak_gib": peak_memory_gib(run.device), **stats,
-        }, int(signum)  # fmt: skip
+            **train,
+            **run.spikes.metrics(),
+            "optim/lr": lr,
+            "optim/grad_norm": norm,
+            "optim/grad_norm_clipped": norm_clipped,
+            "perf/tokens_per_s": self.tokens / elapsed,
+            "perf/step_ms": 1000 * elapsed / self.steps,
+            **mfu,
+            "mem/peak_gib": peak_memory_gib(run.device),
+            **stats,
+        }, int(signum)

@@ -35,8 +35,9 @@ def restored_vocabularies(name: str, resume: dict[str, Any] | None) -> tuple[Tok
     if resume is None:
         return None
     if resume["task"] != name:  # runlog.migrate: checkpoints written before tasks existed are G2P
-        raise ResumeRefused(f"train.resume: the checkpoint is of task {resume['task']!r}, this run of {name!r}; "
-                         "resume with the same data")  # fmt: skip
+        raise ResumeRefused(
+            f"train.resume: the checkpoint is of task {resume['task']!r}, this run of {name!r}; resume with the same data"
+        )
     return Tokenizer.from_str(resume["vocab"]["src"]), Tokenizer.from_str(resume["vocab"]["tgt"])
 
 

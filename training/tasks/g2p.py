@@ -54,9 +54,13 @@ class G2PEvalSet:
 
 
 def evaluate_g2p(
-    model: EncoderDecoder, eval_set: G2PEvalSet, tgt_vocab: Tokenizer, dcfg: DecodeConfig, max_tokens: int,
+    model: EncoderDecoder,
+    eval_set: G2PEvalSet,
+    tgt_vocab: Tokenizer,
+    dcfg: DecodeConfig,
+    max_tokens: int,
     device: torch.device,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     """``{"per", "wer", "per_1ref", "wer_1ref"}`` (fractions) of the decoded pronunciations against each word's closest
     reference and against its first reference alone (``data.metrics.per_wer``)."""
     hyps = decode_all(model, eval_set.src, dcfg, max_tokens, device)
@@ -84,8 +88,9 @@ class G2PTask(Task):
 
     def evaluate(self, model: EncoderDecoder, split: str, max_examples: int | None, device: torch.device) -> dict[str, float]:
         """``{"per", "wer", "per_1ref", "wer_1ref"}`` on at most ``max_examples`` distinct words of ``split`` (valid or test)."""
-        return evaluate_g2p(model, self.eval_sets[split].subset(max_examples), self.tgt_vocab, self.decode,
-                            self.max_tokens, device)  # fmt: skip
+        return evaluate_g2p(
+            model, self.eval_sets[split].subset(max_examples), self.tgt_vocab, self.decode, self.max_tokens, device
+        )
 
 
 def _subset(train: Seq2SeqData, words: list[str], cfg: RunConfig, say: bool) -> Seq2SeqData:
@@ -96,8 +101,10 @@ def _subset(train: Seq2SeqData, words: list[str], cfg: RunConfig, say: bool) -> 
     subset = Seq2SeqData([train.src[i] for i in rows], [train.tgt[i] for i in rows])
     if say:
         kept, tokens = len({words[i] for i in rows}), sum(len(t) for t in subset.tgt)
-        print(f"normlab: data.train_fraction={cfg.data.train_fraction:g}: {kept:,} of {len(set(words)):,} training words "
-              f"({len(rows):,} pronunciations, {tokens:,} target tokens; subset seed {seed})")  # fmt: skip
+        print(
+            f"normlab: data.train_fraction={cfg.data.train_fraction:g}: {kept:,} of {len(set(words)):,} training words "
+            f"({len(rows):,} pronunciations, {tokens:,} target tokens; subset seed {seed})"
+        )
     return subset
 
 
@@ -140,8 +147,10 @@ def _build_g2p_data(keep_stress: bool, vocab_json: VocabJson) -> tuple[tuple[str
     else:
         src_vocab = build_vocab(splits["train"]["word"], unit="char")
         tgt_vocab = build_vocab(splits["train"]["phonemes"], unit="space")
-    data_ids = {name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
-                for name, split in splits.items()}  # fmt: skip
+    data_ids = {
+        name: Seq2SeqData(encode_all(src_vocab, split["word"]), encode_all(tgt_vocab, split["phonemes"]))
+        for name, split in splits.items()
+    }
     eval_sets = {s: G2PEvalSet.build(splits[s]["word"], splits[s]["phonemes"], data_ids[s].src) for s in ("valid", "test")}
     return (src_vocab.to_str(), tgt_vocab.to_str()), data_ids, eval_sets, splits["train"]["word"]
 

@@ -32,9 +32,13 @@ class TranslationEvalSet:
 
 
 def evaluate_translation(
-    model: EncoderDecoder, eval_set: TranslationEvalSet, tgt_vocab: Tokenizer, dcfg: DecodeConfig, max_tokens: int,
+    model: EncoderDecoder,
+    eval_set: TranslationEvalSet,
+    tgt_vocab: Tokenizer,
+    dcfg: DecodeConfig,
+    max_tokens: int,
     device: torch.device,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     """``{"bleu": ..., "chrf": ...}`` (0-100, sacreBLEU) of the detokenized translations."""
     hyps = decode_all(model, eval_set.src, dcfg, max_tokens, device)
     return bleu_chrf([detokenize(tgt_vocab, ids) for ids in hyps], eval_set.refs)
@@ -64,8 +68,13 @@ class TranslationTask(Task):
             self.src_vocab, self.tgt_vocab = restored
             where = "from the checkpoint"
         else:
-            self.src_vocab, self.tgt_vocab, path = cached_bpe(pairs["train"].src, pairs["train"].tgt, vocab_size=dcfg.vocab_size,
-                                                              joint=dcfg.joint_vocab, cache_dir=dcfg.cache_dir)  # fmt: skip
+            self.src_vocab, self.tgt_vocab, path = cached_bpe(
+                pairs["train"].src,
+                pairs["train"].tgt,
+                vocab_size=dcfg.vocab_size,
+                joint=dcfg.joint_vocab,
+                cache_dir=dcfg.cache_dir,
+            )
             where = f"cached in {path.parent}"
         self.share_embeddings = self.src_vocab.to_str() == self.tgt_vocab.to_str()
         self._save_vocabularies()
@@ -77,15 +86,18 @@ class TranslationTask(Task):
             s: TranslationEvalSet([ids[:longest] for ids in encoded[s].src], pairs[s].tgt) for s in ("valid", "test")
         }
         kind = "joint" if self.share_embeddings else "separate"
-        print(f"normlab: {dcfg.name} {dcfg.src_lang}->{dcfg.tgt_lang}: {len(self.data['train'])} training pairs "
-              f"({len(encoded['train']) - len(self.data['train'])} over {max_len} tokens dropped), "
-              f"{len(pairs['valid'].src)} valid, {len(pairs['test'].src)} test; {kind} BPE vocabulary of "
-              f"{self.tgt_vocab.get_vocab_size()} tokens {where}")  # fmt: skip
+        print(
+            f"normlab: {dcfg.name} {dcfg.src_lang}->{dcfg.tgt_lang}: {len(self.data['train'])} training pairs "
+            f"({len(encoded['train']) - len(self.data['train'])} over {max_len} tokens dropped), "
+            f"{len(pairs['valid'].src)} valid, {len(pairs['test'].src)} test; {kind} BPE vocabulary of "
+            f"{self.tgt_vocab.get_vocab_size()} tokens {where}"
+        )
 
     def evaluate(self, model: EncoderDecoder, split: str, max_examples: int | None, device: torch.device) -> dict[str, float]:
         """``{"bleu", "chrf"}`` on at most ``max_examples`` sentences of ``split`` (valid or test)."""
-        return evaluate_translation(model, self.eval_sets[split].subset(max_examples), self.tgt_vocab, self.decode,
-                                    self.max_tokens, device)  # fmt: skip
+        return evaluate_translation(
+            model, self.eval_sets[split].subset(max_examples), self.tgt_vocab, self.decode, self.max_tokens, device
+        )
 
 
 def _within(data: Seq2SeqData, max_len: int) -> Seq2SeqData:
