@@ -372,6 +372,7 @@ def build_norm(
         kwargs["bias"] = bias
     if record.alpha and alpha_init is not None:
         kwargs["alpha_init"] = alpha_init
-    kwargs |= {arg: (knobs or {})[key] for key, arg in record.knobs if key in (knobs or {})}
+    given = knobs or {}
+    kwargs |= {arg: given[key] for key, arg in record.knobs if key in given}
     norm = _norm_class(record.native if impl == "native" and record.native else record.custom)(dim, **kwargs)
     return apply_unit_offset(norm) if gain == "unit_offset" else norm
