@@ -64,7 +64,7 @@ def default_preset() -> str:
 
 def _own_keys(norm: Any) -> dict[str, Any]:
     """The flattened keys of a ``norm`` node (unresolved) but those interpolated from another group
-    (``norm.powernorm_warmup: ${schedule.warmup_steps}``): they follow that group, not the norm preset."""
+    (``norm.knobs.powernorm.warmup_iters: ${schedule.warmup_steps}``): they follow that group, not the norm preset."""
     keys = flatten({"norm": OmegaConf.to_container(norm, resolve=False)})
     return {k: v for k, v in keys.items() if not (isinstance(v, str) and v.startswith("${"))}
 

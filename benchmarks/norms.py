@@ -153,7 +153,7 @@ def bench_step(rounds: int, presets: list[str], clock: str) -> list[dict]:
 
 def norm_preset(name: str) -> dict:
     """The ``norm`` keys of preset ``name`` as Hydra composes them (a preset file states only what
-    differs from conf/norm_base.yaml), resolved as a run resolves them: powernorm_warmup and powernorm_groups
+    differs from conf/norm_base.yaml), resolved as a run resolves them: powernorm's knobs warmup_iters and group_num
     interpolate the default config's schedule.warmup_steps and model.n_heads."""
     return group_keys("norm", name)
 

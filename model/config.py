@@ -69,7 +69,9 @@ class ModelConfig:
             positions kind, a ``norm.blocks`` layer index past its stack (the message names the
             value and the valid range or choices); ``weight_norm`` not a bool; a batch-reading norm kind in a decoder block
             (and so in the decoder's final norm, which takes the last block's kind) without
-            ``norm.decoder_batch_stats`` (the message names both fixes); ``residual_streams`` not null or
+            ``norm.decoder_batch_stats`` (the message names both fixes); a block kind's knobs the width cannot
+            take (``norm.knobs.powernorm.group_num`` not dividing d_model; the message lists the valid ones);
+            ``residual_streams`` not null or
             an integer >= 1, > 1 without ``norm.hc``, or ``norm.hc`` with GPAS or with a block whose placement normalizes,
             scales or re-routes the stream (the message lists the placements that admit it).
     """
@@ -118,7 +120,7 @@ class ModelConfig:
         self._check_block_layers()
         self._check_hyper_connections()
         self._check_decoder_batch_stats()
-        self._check_powernorm_groups()
+        self._check_knobs_width()
 
     def _check_block_layers(self) -> None:
         n_layers = {"enc": ("n_enc_layers", self.n_enc_layers), "dec": ("n_dec_layers", self.n_dec_layers)}
@@ -169,17 +171,13 @@ class ModelConfig:
                     f"or allow it with norm.decoder_batch_stats=true"
                 )
 
-    def _check_powernorm_groups(self) -> None:
-        # PowerNorm's group scaling splits d_model into equal groups (the official reshape fails otherwise).
+    def _check_knobs_width(self) -> None:
+        # A kind's own settings may not fit the width (PowerNorm's groups must split d_model into equal parts).
         for stack, n in (("enc", self.n_enc_layers), ("dec", self.n_dec_layers)):
             for i in range(n):
                 spec = self.block_norm(stack, i)
-                if spec.kind == "powernorm" and self.d_model % spec.powernorm_groups:
-                    valid = [g for g in range(1, self.d_model + 1) if self.d_model % g == 0]
-                    raise ValueError(
-                        f"norm.powernorm_groups={spec.powernorm_groups} does not divide model.d_model="
-                        f"{self.d_model} ({stack} block {i}); valid groups: {valid}"
-                    )
+                if (knobs := spec.knobs.get(spec.kind)) and (error := knobs.width_error(self.d_model)):
+                    raise ValueError(f"{stack} block {i}: {error}")
 
     def block_norm(self, stack: str, index: int) -> NormSpec:
         """The resolved norm of layer ``index`` (0-based) of ``stack``: ``norm.spec`` at this stack's depth."""
@@ -209,4 +207,6 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python form, for checkpoints and logs (:meth:`from_dict` reads it back)."""
-        return asdict(self)
+        values = asdict(self)
+        values["norm"]["blocks"] = None if self.norm.blocks is None else [b.to_entry() for b in self.norm.blocks]
+        return values

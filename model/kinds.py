@@ -6,7 +6,42 @@ README.md's and docs/norms.md's rows, ``--help``) is generated from :data:`NORM_
 (tests/test_kinds.py). A new kind is one record here and one class (docs/extending.md).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PowerNormKnobs:
+    """Kind ``powernorm``'s own settings (``norm.knobs.powernorm.*``), named as the official ``MaskPowerNorm``'s
+    constructor keywords (sIncerass/powernorm, ``fairseq/modules/norms/mask_powernorm.py`` line 104), to which
+    ``model.norms.build_norm`` passes them.
+
+    Attributes:
+        warmup_iters: training iterations that normalize by the batch's own statistic before the running one takes
+            over, >= 0; 10000, the class default (the config's is fairseq's choice, the LR warmup).
+        group_num: groups of its per-token group scaling, >= 1, dividing the normalized width; 1, the class default
+            (the config's is fairseq's choice, the attention heads).
+
+    Raises:
+        ValueError: a value not an integer in range, naming the key.
+    """
+
+    warmup_iters: int = 10000
+    group_num: int = 1
+
+    def __post_init__(self) -> None:
+        for key, least in (("warmup_iters", 0), ("group_num", 1)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"norm.knobs.powernorm.{key} must be an integer >= {least}, got {value!r}")
+
+    def width_error(self, d_model: int) -> str | None:
+        """Why these settings cannot normalize ``d_model`` channels (the official reshape splits them into
+        ``group_num`` equal groups), else None."""
+        if d_model % self.group_num == 0:
+            return None
+        valid = [g for g in range(1, d_model + 1) if d_model % g == 0]
+        return f"norm.knobs.powernorm.group_num={self.group_num} does not divide model.d_model={d_model}; valid groups: {valid}"
 
 
 @dataclass(frozen=True)
@@ -29,7 +64,9 @@ class NormKind:
             with ``norm.decoder_batch_stats``.
         residual: valid as ``norm.kind`` (a residual-stream norm over d_model).
         attention: offered at the attention norm sites (``norm.qk``, ``norm.v``, over d_head).
-        knobs: (``norm.*`` key, constructor keyword) pairs of the kind's own settings.
+        knobs: the dataclass of the kind's own settings (None: it has none): torch-free, frozen, its fields the
+            ``norm.knobs.<name>.*`` keys and the constructor keywords they reach, its defaults the class's, its
+            ``__post_init__`` checking each value; ``width_error(d_model)`` says why a width cannot take them.
     """
 
     name: str
@@ -43,7 +80,7 @@ class NormKind:
     reads_batch: bool = False
     residual: bool = True
     attention: bool = False
-    knobs: tuple[tuple[str, str], ...] = ()
+    knobs: type[Any] | None = None
 
     @property
     def impls(self) -> tuple[str, ...]:
@@ -67,7 +104,7 @@ NORM_KIND_RECORDS: dict[str, NormKind] = {
             "model.powernorm:PowerNorm",
             shift=True,
             reads_batch=True,
-            knobs=(("powernorm_warmup", "warmup_iters"), ("powernorm_groups", "group_num")),
+            knobs=PowerNormKnobs,
         ),
         NormKind("annotated_ln", "model.norms:AnnotatedLayerNorm", shift=True),
         NormKind("seednorm", "model.norms:SeeDNorm"),
@@ -96,6 +133,7 @@ ATTENTION_ONLY_KINDS = kinds_where(residual=False)  # attention-site kinds that 
 NATIVE_KINDS = tuple(k.name for k in NORM_KIND_RECORDS.values() if k.native)
 BATCH_READING_KINDS = kinds_where(reads_batch=True)
 ALPHA_KINDS = kinds_where(alpha=True)  # their alpha starts at the norm.alpha_init_* of the norm's site
+KNOB_KINDS = tuple(k.name for k in NORM_KIND_RECORDS.values() if k.knobs)  # norm.knobs' keys
 NORM_PAIRS = tuple((k.name, i) for k in NORM_KIND_RECORDS.values() for i in k.impls)
 NORM_IMPLS = ("custom", "native")
 # How a norm's per-channel gain ``weight`` is stored (``model.gains``): ``plain`` (the gain itself) or ``unit_offset``
@@ -121,3 +159,24 @@ def check_norm(kind: str, impl: str, *, key: str = "norm.kind", kinds: tuple[str
     if impl not in NORM_KIND_RECORDS[kind].impls:
         valid = ", ".join(f"{k}/{i}" for k, i in NORM_PAIRS if k in kinds)
         raise ValueError(f"{key}={kind!r} has no impl {impl!r}; valid kind/impl pairs: {valid}")
+
+
+def kind_knobs(kind: str, values: Any) -> Any:
+    """``values`` (a mapping of some of the kind's knobs, or its knobs dataclass) as ``kind``'s knobs dataclass, the
+    knobs it lacks at their defaults.
+
+    Raises:
+        ValueError: ``kind`` has no knobs, ``values`` is not a mapping, an unknown knob (the messages name the valid
+            ones), or what the dataclass raises for a bad value."""
+    cls = NORM_KIND_RECORDS[kind].knobs if kind in NORM_KIND_RECORDS else None
+    if cls is None:
+        raise ValueError(f"unknown norm.knobs key {kind!r}; valid: the kinds with their own settings, {', '.join(KNOB_KINDS)}")
+    if isinstance(values, cls):
+        return values
+    valid = [f.name for f in fields(cls)]
+    if not isinstance(values, dict):
+        raise ValueError(f"norm.knobs.{kind}={values!r} is invalid; expected a mapping with keys from: {', '.join(valid)}")
+    for key in values:
+        if key not in valid:
+            raise ValueError(f"norm.knobs.{kind}.{key} is not a knob of {kind}; valid: {', '.join(valid)}")
+    return cls(**values)

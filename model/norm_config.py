@@ -4,10 +4,10 @@ Hydra or torch (``training.schema`` builds these before torch loads). ``model.co
 :class:`NormConfig` and resolves a block's spec (``ModelConfig.block_norm``).
 """
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from model.kinds import ATTENTION_NORM_KINDS, HC_KINDS, NORM_GAINS, NORM_KIND_RECORDS, NORM_SITES, QK_SCOPES, check_norm
+from model.kinds import ATTENTION_NORM_KINDS, HC_KINDS, KNOB_KINDS, NORM_GAINS, NORM_SITES, QK_SCOPES, check_norm, kind_knobs
 from model.placements import PLACEMENTS, check_placement
 from runlog.metric_names import STACKS
 
@@ -38,12 +38,9 @@ class NormSpec:
             norm stays per head. ``full`` with ``qk: l2`` is refused (its temperature needs per-head unit vectors).
         mix_ln_alpha: the share of each stack's blocks Mix-LN makes post-LN (placement ``mix_ln``:
             the first floor(alpha * L) blocks), in [0, 1]; unused by other placements.
-        powernorm_warmup: kind ``powernorm``: the training iterations that normalize by the batch's own statistic
-            before the running one takes over (``MaskPowerNorm``'s ``warmup_iters``), >= 0; the dataclass default
-            is the official class default (10000), the config's (conf/norm_base.yaml) fairseq's choice, the LR warmup.
-        powernorm_groups: kind ``powernorm``: the groups of its per-token group scaling (``group_num``), >= 1,
-            dividing the normalized width; the dataclass default is the official class default (1), the config's
-            fairseq's choice, the attention heads.
+        knobs: the kinds' own settings, ``{kind: its knobs}`` for each kind whose record has a knobs dataclass
+            (``model.kinds.KNOB_KINDS``; powernorm's ``warmup_iters`` and ``group_num``): a mapping of a kind to a
+            mapping of some of its knobs is completed with the dataclass defaults; held as the dataclasses.
         gpas: GPAS (Chen et al. 2025, ``model.gpas.GPAS``) in the block: one learned gate g (init 0) scales the
             stream by 1 - SiLU(g) after each residual addition (on the skip where a norm closes the sublayer),
             leaving its gradient unscaled; with any placement.
@@ -58,7 +55,7 @@ class NormSpec:
             combination (a kind without a native impl given ``native``, a bounded kind after the residual addition,
             HybridNorm without q/k/v norms, ``qk_scope: full`` with ``qk: l2``): the message lists the valid ones;
             an unknown gain or qk_scope; eps not a number
-            > 0; mix_ln_alpha outside [0, 1]; powernorm_warmup not an integer >= 0, powernorm_groups not one >= 1;
+            > 0; mix_ln_alpha outside [0, 1]; a bad ``knobs`` key or value (``model.kinds.kind_knobs``);
             gpas not a bool; an alpha_init_* not a finite number > 0.
     """
 
@@ -72,8 +69,7 @@ class NormSpec:
     gain: str = "plain"
     qk_scope: str = "head"
     mix_ln_alpha: float = 0.25
-    powernorm_warmup: int = 10000
-    powernorm_groups: int = 1
+    knobs: dict[str, Any] = field(default_factory=dict, hash=False)
     gpas: bool = False
     alpha_init_attn: float = 0.5
     alpha_init_ffn: float = 0.5
@@ -106,10 +102,10 @@ class NormSpec:
         alpha = self.mix_ln_alpha
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1:
             raise ValueError(f"norm.mix_ln_alpha must be in [0, 1], got {alpha!r}")
-        for key, least in (("powernorm_warmup", 0), ("powernorm_groups", 1)):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"norm.{key} must be an integer >= {least}, got {value!r}")
+        if not isinstance(self.knobs, dict):
+            raise ValueError(f"norm.knobs={self.knobs!r} is invalid; expected a mapping with keys from: {', '.join(KNOB_KINDS)}")
+        given = {kind: kind_knobs(kind, values) for kind, values in self.knobs.items()}
+        object.__setattr__(self, "knobs", {kind: given.get(kind) or kind_knobs(kind, {}) for kind in KNOB_KINDS})
         if not isinstance(self.gpas, bool):
             raise ValueError(f"norm.gpas must be true or false, got {self.gpas!r}")
         for site in NORM_SITES:
@@ -132,8 +128,6 @@ class NormSpec:
             if site not in NORM_SITES:
                 raise ValueError(f"a residual-stream norm needs its site, got {site!r}; valid: {', '.join(NORM_SITES)}")
             alpha = getattr(self, f"alpha_init_{site}")
-        record = NORM_KIND_RECORDS[kind or self.kind]
-        knobs = {key: getattr(self, key) for key, _ in record.knobs}
         return build_norm(
             kind or self.kind,
             dim,
@@ -143,7 +137,7 @@ class NormSpec:
             gain=self.gain,
             attention=kind is not None,
             alpha_init=alpha,
-            knobs=knobs,
+            knobs=self.knobs.get(kind or self.kind),
         )
 
 
@@ -152,68 +146,67 @@ _SPEC_KEYS = tuple(f.name for f in fields(NormSpec))
 
 @dataclass(frozen=True)
 class BlockNorm:
-    """One entry of ``norm.blocks``: the spec keys it sets (None: keep) in the blocks it covers.
+    """One entry of ``norm.blocks``: the :class:`NormSpec` keys it sets in the blocks it covers. In YAML an entry is
+    one flat mapping, ``{stack: enc, layers: [0], placement: post}`` (:meth:`from_entry`, :meth:`to_entry`).
 
     Attributes:
         stack: ``enc`` or ``dec``; None: both.
         layers: 0-based layer indices in the stack; None: every layer.
-        kind, impl, placement, eps, bias, qk, v, gain, qk_scope, mix_ln_alpha: as in :class:`NormSpec`; None keeps the value
-            set by the ``norm.*`` keys (to turn an attention norm off, give ``none``).
-        powernorm_warmup, powernorm_groups, alpha_init_attn, alpha_init_ffn, alpha_init_final: as in
-            :class:`NormSpec`; None keeps the value set by the ``norm.*`` keys.
-        gpas: as in :class:`NormSpec`; None keeps the value set by ``norm.gpas``.
+        sets: :class:`NormSpec` key -> value; a ``knobs`` value sets only the knobs it names (to turn an attention
+            norm off, give ``qk: none``).
     """
 
     stack: str | None = None
     layers: tuple[int, ...] | None = None
-    kind: str | None = None
-    impl: str | None = None
-    placement: str | None = None
-    eps: float | None = None
-    bias: bool | None = None
-    qk: str | None = None
-    v: str | None = None
-    gain: str | None = None
-    qk_scope: str | None = None
-    mix_ln_alpha: float | None = None
-    powernorm_warmup: int | None = None
-    powernorm_groups: int | None = None
-    gpas: bool | None = None
-    alpha_init_attn: float | None = None
-    alpha_init_ffn: float | None = None
-    alpha_init_final: float | None = None
+    sets: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def covers(self, stack: str, index: int) -> bool:
         """Whether this entry applies to layer ``index`` of ``stack``."""
         return self.stack in (None, stack) and (self.layers is None or index in self.layers)
 
-    def changes(self) -> dict[str, Any]:
-        """The spec keys this entry sets."""
-        return {key: getattr(self, key) for key in _SPEC_KEYS if getattr(self, key) is not None}
+    def apply(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` (the :class:`NormSpec` keys) with this entry's keys set; its knobs are merged per kind."""
+        knobs = {**values.get("knobs", {})}
+        for kind, given in self.sets.get("knobs", {}).items():
+            base = knobs.get(kind, {})
+            knobs[kind] = {**(asdict(base) if not isinstance(base, dict) else base), **given}
+        return {**values, **self.sets, "knobs": knobs}
 
+    def to_entry(self) -> dict[str, Any]:
+        """The flat mapping :meth:`from_entry` reads (a checkpoint's ``norm.blocks``)."""
+        return {"stack": self.stack, "layers": None if self.layers is None else list(self.layers), **self.sets}
 
-def _block_entry(i: int, entry: Any) -> BlockNorm:
-    """``norm.blocks[i]`` as a :class:`BlockNorm`; raises ValueError naming the bad key or value."""
-    key = f"norm.blocks[{i}]"
-    valid = [f.name for f in fields(BlockNorm)]
-    if isinstance(entry, BlockNorm):
-        entry = asdict(entry)
-    if not isinstance(entry, dict):
-        raise ValueError(f"{key}={entry!r} is invalid; expected a mapping with keys from: {', '.join(valid)}")
-    for name in entry:
-        if name not in valid:
-            raise ValueError(f"{key}.{name} is not a key of a norm.blocks entry; valid keys: {', '.join(valid)}")
-    stack, layers = entry.get("stack"), entry.get("layers")
-    if stack is not None and stack not in STACKS:
-        raise ValueError(f"unknown {key}.stack {stack!r}; valid: null (both), {', '.join(STACKS)}")
-    if layers is not None and not (
-        isinstance(layers, list | tuple) and all(isinstance(j, int) and not isinstance(j, bool) and j >= 0 for j in layers)
-    ):
-        raise ValueError(f"{key}.layers={layers!r} is invalid; expected a list of layer indices >= 0 (null: every layer)")
-    block = BlockNorm(**{**entry, "layers": None if layers is None else tuple(layers)})
-    if not block.changes():
-        raise ValueError(f"{key} changes nothing; give at least one of: {', '.join(_SPEC_KEYS)}")
-    return block
+    @classmethod
+    def from_entry(cls, i: int, entry: Any) -> "BlockNorm":
+        """``norm.blocks[i]``, a flat mapping (or a BlockNorm); a key at None keeps the ``norm.*`` value, as
+        checkpoints written before entries were flat hold every key.
+
+        Raises:
+            ValueError: not a mapping, an unknown key, stack or layer index, ``knobs`` not a mapping of mappings, or an
+                entry that changes nothing."""
+        key = f"norm.blocks[{i}]"
+        valid = ["stack", "layers", *_SPEC_KEYS]
+        if isinstance(entry, BlockNorm):
+            return entry
+        if not isinstance(entry, dict):
+            raise ValueError(f"{key}={entry!r} is invalid; expected a mapping with keys from: {', '.join(valid)}")
+        for name in entry:
+            if name not in valid:
+                raise ValueError(f"{key}.{name} is not a key of a norm.blocks entry; valid keys: {', '.join(valid)}")
+        stack, layers = entry.get("stack"), entry.get("layers")
+        if stack is not None and stack not in STACKS:
+            raise ValueError(f"unknown {key}.stack {stack!r}; valid: null (both), {', '.join(STACKS)}")
+        if layers is not None and not (
+            isinstance(layers, list | tuple) and all(isinstance(j, int) and not isinstance(j, bool) and j >= 0 for j in layers)
+        ):
+            raise ValueError(f"{key}.layers={layers!r} is invalid; expected a list of layer indices >= 0 (null: every layer)")
+        sets = {k: v for k, v in entry.items() if k not in ("stack", "layers") and v is not None}
+        knobs = sets.get("knobs", {})
+        if not (isinstance(knobs, dict) and all(isinstance(v, dict) for v in knobs.values())):
+            raise ValueError(f"{key}.knobs={knobs!r} is invalid; expected a mapping of kinds to mappings of their knobs")
+        if not sets:
+            raise ValueError(f"{key} changes nothing; give at least one of: {', '.join(_SPEC_KEYS)}")
+        return cls(stack, None if layers is None else tuple(layers), sets)
 
 
 @dataclass(frozen=True)
@@ -256,12 +249,12 @@ class NormConfig(NormSpec):
         if not self.blocks:  # an empty list is no override: None, so the saved config matches an old checkpoint's
             object.__setattr__(self, "blocks", None)
             return
-        blocks = tuple(_block_entry(i, entry) for i, entry in enumerate(self.blocks))
+        blocks = tuple(BlockNorm.from_entry(i, entry) for i, entry in enumerate(self.blocks))
         object.__setattr__(self, "blocks", blocks)
         base = {key: getattr(self, key) for key in _SPEC_KEYS}
         for i, block in enumerate(blocks):
             try:
-                NormSpec(**{**base, **block.changes()})
+                NormSpec(**block.apply(base))
             except ValueError as err:
                 raise ValueError(f"norm.blocks[{i}]: {err}") from None
 
@@ -272,7 +265,7 @@ class NormConfig(NormSpec):
         values = {key: getattr(self, key) for key in _SPEC_KEYS}
         for block in self.blocks or ():
             if block.covers(stack, index):
-                values.update(block.changes())
+                values = block.apply(values)
         spec = NormSpec(**values)
         by_depth = PLACEMENTS[spec.placement].by_depth
         return spec if by_depth is None else replace(spec, placement=by_depth(index, n_layers, spec))

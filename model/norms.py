@@ -19,7 +19,8 @@ custom and native alike.
 
 import importlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -30,7 +31,7 @@ from torch import nn
 from model.batch_reading import BatchReadingNorm as BatchReadingNorm
 from model.batch_reading import wide as _wide
 from model.gains import apply_unit_offset
-from model.kinds import NORM_GAINS, NORM_KIND_RECORDS, NORM_KINDS, check_norm
+from model.kinds import NORM_GAINS, NORM_KIND_RECORDS, NORM_KINDS, check_norm, kind_knobs
 
 DYT_ALPHA_INIT = 0.5  # DyT's alpha_0: the official DynamicTanh's ``alpha_init_value`` default (jiachenzhu/DyT, dynamic_tanh.py)
 # Derf's alpha_0 and s_0: zlab-princeton/Derf's ``Dynamic_erf(alpha_init_value=0.5, shift_init_value=0.0)`` defaults, what
@@ -338,7 +339,7 @@ def build_norm(
     gain: str = "plain",
     attention: bool = False,
     alpha_init: float | None = None,
-    knobs: Mapping[str, Any] | None = None,
+    knobs: Any = None,
 ) -> nn.Module:
     """Build the norm ``kind`` over the last dimension of size ``dim``, from its record
     (``model.kinds.NORM_KIND_RECORDS``: the class of ``impl``, and which of the arguments below it takes).
@@ -356,8 +357,8 @@ def build_norm(
         attention: the norm sits at an attention site (q, k or v over d_head).
         alpha_init: the initial alpha of the kinds whose record has ``alpha`` (``dyt``, ``derf``); None: the class's
             own default (``DYT_ALPHA_INIT``, ``DERF_ALPHA_INIT``, both 0.5); other kinds ignore it.
-        knobs: the ``norm.*`` values of the kind's own settings by key (the record's ``knobs``; powernorm's
-            ``powernorm_warmup``, ``powernorm_groups``); a missing one takes the class default; other keys are ignored.
+        knobs: the kind's own settings, an instance of its record's ``knobs`` dataclass (powernorm's
+            ``model.kinds.PowerNormKnobs``), passed as the keywords its fields name; None: the class defaults.
 
     Raises:
         ValueError: unknown kind, impl or gain, or a kind without that impl (the message lists the
@@ -372,7 +373,7 @@ def build_norm(
         kwargs["bias"] = bias
     if record.alpha and alpha_init is not None:
         kwargs["alpha_init"] = alpha_init
-    given = knobs or {}
-    kwargs |= {arg: given[key] for key, arg in record.knobs if key in given}
+    if record.knobs and knobs is not None:
+        kwargs |= asdict(kind_knobs(kind, knobs))
     norm = _norm_class(record.native if impl == "native" and record.native else record.custom)(dim, **kwargs)
     return apply_unit_offset(norm) if gain == "unit_offset" else norm

@@ -24,7 +24,8 @@ FIRST_TASK = "g2p"  # the task of every checkpoint written before there were tas
 def migrate_checkpoint(ckpt: dict[str, Any]) -> dict[str, Any]:
     """``ckpt`` (a loaded checkpoint dict) as today's normlab writes it; the input is not modified.
 
-    - ``config``: read with today's key names and added keys (:func:`runlog.renames.with_current_names`);
+    - ``config`` and ``model_config``'s ``norm``: read with today's key names and added keys
+      (:func:`runlog.renames.with_current_names`);
     - ``rng``: a single process's streams (one dict, written before each rank kept its own) become a list of one;
     - ``task``: absent before there were tasks: ``g2p``;
     - each entry of ``STARTS_AFRESH`` it lacks: None.
@@ -33,6 +34,8 @@ def migrate_checkpoint(ckpt: dict[str, Any]) -> dict[str, Any]:
         KeyError: ``ckpt`` has no ``config`` (no normlab checkpoint ever lacked it).
     """
     out = {**ckpt, "config": with_current_names(ckpt["config"])}
+    if isinstance(ckpt.get("model_config"), dict):  # its norm section is the config's (ModelConfig.to_dict)
+        out["model_config"] = with_current_names(ckpt["model_config"])
     if isinstance(out.get("rng"), dict):
         out["rng"] = [out["rng"]]
     out.setdefault("task", FIRST_TASK)

@@ -15,14 +15,16 @@ from typing import Any
 RENAMED = {  # old dotted key -> new dotted key
     "trainer.eval_max_words": "trainer.eval_max_examples",
     "trainer.test_max_words": "trainer.test_max_examples",
+    "norm.powernorm_warmup": "norm.knobs.powernorm.warmup_iters",  # a kind's own settings moved under norm.knobs
+    "norm.powernorm_groups": "norm.knobs.powernorm.group_num",
 }
 ADDED = {  # dotted key added since the first release -> the value under which the old code ran
     "norm.mix_ln_alpha": 0.25,  # used by placement mix_ln only, which old runs could not select
     "optim.z_loss": 0.0,  # no z-loss
     "data.cache_dir": None,  # CMUdict parsed and encoded in every process (translation presets always had it)
     "norm.decoder_batch_stats": False,  # no batch-reading kind existed, so none sat in the decoder
-    "norm.powernorm_warmup": 10000,  # PowerNorm's official class defaults, which norm.kind=powernorm built before
-    "norm.powernorm_groups": 1,
+    "norm.knobs.powernorm.warmup_iters": 10000,  # PowerNorm's official class defaults, which it built before
+    "norm.knobs.powernorm.group_num": 1,
     "model.weight_norm": False,  # plain nn.Linear weights
     "norm.hc": None,  # the plain residual x + F(N(x)): no hyper-connections
     "model.residual_streams": 1,  # one residual stream
@@ -53,20 +55,29 @@ def renamed_override(args: list[str]) -> str | None:
 
 
 def with_current_names(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` (a nested dict, e.g. a checkpoint's resolved config) with each renamed key moved to
-    its new name (a new key already present keeps its value: configs saved while both names existed
-    held the same value under each) and each ``ADDED`` key that its section lacks set to its old
-    value. The input is not modified."""
+    """``config`` (a nested dict, e.g. a checkpoint's resolved config, or its ``model_config`` whose ``norm`` is the
+    same section) with each renamed key moved to its new name, in the ``norm`` section and in each ``norm.blocks``
+    entry (a new key already present keeps its value: configs saved while both names existed held the same value
+    under each), and each ``ADDED`` key that its section lacks set to its old value (the dicts on the way to a
+    nested key are added). The input is not modified."""
     out = copy.deepcopy(config)
-    for old, new in RENAMED.items():
-        parent, leaf = _parent(out, old, create=False)
-        if parent is not None and leaf in parent:
-            value = parent.pop(leaf)
-            new_parent, new_leaf = _parent(out, new, create=True)
-            assert new_parent is not None  # create=True adds every dict on the way
-            new_parent.setdefault(new_leaf, value)
+    norm = out.get("norm")
+    blocks = norm.get("blocks") if isinstance(norm, dict) else None
+    # A norm.blocks entry sets norm.* keys: it is read as a norm section of its own (moved in place), where None
+    # means "keep the norm.* value" and is dropped.
+    for tree in (out, *({"norm": entry} for entry in blocks or () if isinstance(entry, dict))):
+        for old, new in RENAMED.items():
+            parent, leaf = _parent(tree, old, create=False)
+            if parent is not None and leaf in parent:
+                value = parent.pop(leaf)
+                if value is None and tree is not out:
+                    continue
+                new_parent, new_leaf = _parent(tree, new, create=True)
+                assert new_parent is not None  # create=True adds every dict on the way
+                new_parent.setdefault(new_leaf, value)
     for key, value in ADDED.items():
-        parent, leaf = _parent(out, key, create=False)
+        section = key.split(".", 1)[0]
+        parent, leaf = _parent(out, key, create=isinstance(out.get(section), dict))
         if parent is not None:  # a config without the section (a partial one) stays as it is
             parent.setdefault(leaf, value)
     return out

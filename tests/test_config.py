@@ -189,7 +189,8 @@ def test_norm_presets_compose_to_the_values_they_had_before_the_shared_base():
         for name, (kind, impl, placement) in NORM_PRESETS_AT_ABC122C.items():
             norm = OmegaConf.to_container(compose("config", overrides=[f"norm={name}"]).norm)
             off = {"qk": None, "v": None, "blocks": None, "mix_ln_alpha": 0.25, "decoder_batch_stats": False,  # added later
-                   "powernorm_warmup": "${schedule.warmup_steps}", "powernorm_groups": "${model.n_heads}", "gain": "plain",
+                   "knobs": {"powernorm": {"warmup_iters": "${schedule.warmup_steps}", "group_num": "${model.n_heads}"}},
+                   "gain": "plain",
                    "qk_scope": "head", "gpas": False, "hc": None, "alpha_init_attn": 0.5, "alpha_init_ffn": 0.5,
                    "alpha_init_final": 0.5, "learned_embed_scale": False}  # fmt: skip
             assert norm == {"kind": kind, "impl": impl, "placement": placement, "eps": 1e-5, "bias": True, **off}, name
@@ -261,8 +262,9 @@ def test_a_config_saved_with_the_old_names_reads_with_the_new_ones():
     assert with_current_names({"trainer": {"eval_max_words": 3}}) == {"trainer": {"eval_max_examples": 3}}
     assert with_current_names({"seed": 1}) == {"seed": 1}
     old_run = {"norm": {"kind": "layernorm"}, "optim": {"lr": 1e-3}}  # saved before norm.mix_ln_alpha, optim.z_loss, ...
-    filled = {"norm": {"kind": "layernorm", "mix_ln_alpha": 0.25, "decoder_batch_stats": False, "powernorm_warmup": 10000,
-                       "powernorm_groups": 1, "gain": "plain", "qk_scope": "head", "gpas": False, "hc": None,
+    filled = {"norm": {"kind": "layernorm", "mix_ln_alpha": 0.25, "decoder_batch_stats": False,
+                       "knobs": {"powernorm": {"warmup_iters": 10000, "group_num": 1}}, "gain": "plain", "qk_scope": "head",
+                       "gpas": False, "hc": None,
                        "alpha_init_attn": 0.5, "alpha_init_ffn": 0.5, "alpha_init_final": 0.5, "learned_embed_scale": False},
               "optim": {"lr": 1e-3, "z_loss": 0.0}}  # fmt: skip
     assert with_current_names(old_run) == filled

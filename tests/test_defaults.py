@@ -4,6 +4,8 @@ then the default must equal the YAML's; walked over every config group and every
 
 import dataclasses
 import typing
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
@@ -37,9 +39,9 @@ def _has_default(f: dataclasses.Field) -> bool:
 def differences(group: str, preset: str | None, schema: type, given: dict) -> list[str]:
     """``group.key: dataclass default D, YAML Y`` for each key of ``schema`` with a default that disagrees with the
     composed YAML of ``group=preset``: both compared as the dataclass builds them (a list and a tuple alike). A YAML
-    value that interpolates another group's key (``norm.powernorm_warmup: ${schedule.warmup_steps}``) cannot be a
-    dataclass default: there the default must be the value a config without the key ran under
-    (``runlog.renames.ADDED``)."""
+    value that interpolates another group's key (``norm.knobs.powernorm.warmup_iters: ${schedule.warmup_steps}``)
+    cannot be a dataclass default: there the default must be the value a config without the key ran under
+    (``runlog.renames.ADDED``). ``norm.knobs`` is compared knob by knob."""
     cfg = compose_conf(*([f"{group}={preset}"] if preset else []))
     raw = OmegaConf.to_container(cfg[group], resolve=False)
     values = OmegaConf.to_container(cfg[group], resolve=True)
@@ -48,15 +50,29 @@ def differences(group: str, preset: str | None, schema: type, given: dict) -> li
     build = ModelConfig.from_dict if schema is ModelConfig else (lambda kw: schema(**kw))
     from_yaml, from_defaults = build({**values, **given}), build({**required, **given})
     out = []
-    for f in keyed:
-        if not _has_default(f) or f.name not in values:
-            continue
-        key, default = f"{group}.{f.name}", getattr(from_defaults, f.name)
-        interpolated = isinstance(raw[f.name], str) and raw[f.name].startswith("${")
-        expected = ADDED.get(key, "(no value in runlog.renames.ADDED)") if interpolated else getattr(from_yaml, f.name)
+    leaves = [
+        leaf
+        for f in keyed
+        if _has_default(f) and f.name in values
+        for leaf in _leaves(f"{group}.{f.name}", getattr(from_defaults, f.name), raw[f.name], getattr(from_yaml, f.name))
+    ]
+    for key, default, raw_value, yaml_value in leaves:
+        interpolated = isinstance(raw_value, str) and raw_value.startswith("${")
+        expected = ADDED.get(key, "(no value in runlog.renames.ADDED)") if interpolated else yaml_value
         if default != expected:
             out.append(f"{key}: dataclass default {default!r}, {'ADDED' if interpolated else 'YAML'} {expected!r}")
     return out
+
+
+def _leaves(key: str, default: Any, raw: Any, from_yaml: Any) -> Iterator[tuple[str, Any, Any, Any]]:
+    """(key, dataclass default, raw YAML, YAML as built) of a field, or of each knob of ``norm.knobs``
+    ({kind: its knobs dataclass})."""
+    if not isinstance(default, dict):
+        yield key, default, raw, from_yaml
+        return
+    for kind, knobs in default.items():
+        for f in dataclasses.fields(knobs):
+            yield f"{key}.{kind}.{f.name}", getattr(knobs, f.name), raw[kind][f.name], getattr(from_yaml[kind], f.name)
 
 
 @pytest.mark.parametrize("group", [f.name for f in dataclasses.fields(_Composed)])

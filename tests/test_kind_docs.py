@@ -59,3 +59,5 @@ def test_the_placement_lists_are_the_placement_records():
 def test_docs_norms_names_every_norm_key():
     text = (ROOT / "docs" / "norms.md").read_text()
     assert [f.name for f in fields(NormConfig) if f"`norm.{f.name}`" not in text] == []
+    knobs = [f"norm.knobs.{k.name}.{f.name}" for k in NORM_KIND_RECORDS.values() if k.knobs for f in fields(k.knobs)]
+    assert len(knobs) >= 2 and [key for key in knobs if f"| `{key}` |" not in text] == []  # a row each

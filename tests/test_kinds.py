@@ -2,6 +2,7 @@
 record says they take, and its facts are what the built modules do. tests/test_extending.py runs this file on a copy
 with docs/extending.md's new kind applied (the docs' lists of kinds: tests/test_kind_docs.py)."""
 
+import dataclasses
 import importlib
 import inspect
 
@@ -26,7 +27,8 @@ def test_each_record_s_classes_take_exactly_the_arguments_it_lists(record):
     # A config argument the class takes but the record does not pass would silently keep its default (a norm.bias=false
     # or norm.eps ignored); one the class lacks would fail at build time.
     flags = {"eps": record.eps, "bias": record.shift, "alpha_init": record.alpha}
-    passed = {a for a, on in flags.items() if on} | {a for _, a in record.knobs}
+    knobs = {f.name for f in dataclasses.fields(record.knobs)} if record.knobs else set()
+    passed = {a for a, on in flags.items() if on} | knobs
     for path in filter(None, (record.custom, record.native)):
         if path == "torch.nn:Identity":  # takes and ignores any argument
             continue

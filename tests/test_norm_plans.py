@@ -12,6 +12,7 @@ from model.config import ModelConfig, NormConfig
 from model.norms import LayerNorm, RMSNorm
 from model.placements import PLACEMENTS, XavierNormalInit, deepnorm_constants
 from model.transformer import EncoderDecoder
+from runlog.migrate import migrate_checkpoint
 from tests.helpers.config import make_cfg, model_config
 from training.run import config_diff
 
@@ -235,12 +236,12 @@ def test_old_checkpoints_model_config_matches_the_default_plan():
         src_vocab=V, tgt_vocab=V, norm=NormConfig(blocks=[{"stack": "enc", "layers": [0], "placement": "post"}])
     )
     saved = planned.to_dict()
-    assert saved["norm"]["blocks"] == ({"stack": "enc", "layers": (0,), "kind": None, "impl": None, "placement": "post",
-                                        "eps": None, "bias": None, "qk": None, "v": None, "gain": None, "qk_scope": None,
-                                        "mix_ln_alpha": None,
-                                        "powernorm_warmup": None, "powernorm_groups": None, "gpas": None,
-                                        "alpha_init_attn": None, "alpha_init_ffn": None, "alpha_init_final": None},)  # fmt: skip
+    assert saved["norm"]["blocks"] == [{"stack": "enc", "layers": [0], "placement": "post"}]  # an entry as YAML writes it
     assert NormConfig(**saved["norm"]) == planned.norm  # a checkpoint rebuilds the same plan (scripts/predict.py)
+    # Checkpoints written while entries held every key (None: keep) rebuild it too, their old flat knobs included.
+    every_key = {"kind": None, "impl": None, "eps": None, "qk": None, "powernorm_warmup": None, "powernorm_groups": None}
+    old = {**saved, "norm": {**saved["norm"], "blocks": [{**saved["norm"]["blocks"][0], **every_key}]}}
+    assert ModelConfig.from_dict(migrate_checkpoint({"config": {}, "model_config": old})["model_config"]) == planned
     assert NormConfig(blocks=[]).blocks is None
 
 
@@ -259,6 +260,13 @@ def test_old_checkpoints_model_config_matches_the_default_plan():
          r"norm.blocks\[0\]: norm.kind='dyt' cannot be used with norm.placement='post'; "
          r"valid placements for it: pre, sandwich, lns, res_post, layerscale"),
         ({"qk": "l3"}, r"unknown norm.qk 'l3'; valid: null \(off\), layernorm, rmsnorm, none, l2$"),
+        ({"blocks": [{"knobs": {"powernorm": 3}}]},
+         r"norm.blocks\[0\].knobs=\{'powernorm': 3\} is invalid; expected a mapping of kinds to mappings of their knobs$"),
+        ({"blocks": [{"layers": [1], "knobs": {"powernorm": {"group_num": 0}}}]},
+         r"norm.blocks\[0\]: norm.knobs.powernorm.group_num must be an integer >= 1, got 0$"),
+        ({"kind": "powernorm", "decoder_batch_stats": True,
+          "blocks": [{"layers": [1], "knobs": {"powernorm": {"group_num": 3}}}]},
+         r"enc block 1: norm.knobs.powernorm.group_num=3 does not divide model.d_model=128; valid groups: \[1, 2, 4,"),
     ],
 )  # fmt: skip
 def test_bad_plans_fail_in_one_line(norm, message):

@@ -319,12 +319,13 @@ def test_a_null_label_is_shown_as_null_and_accepted_in_both_spellings(tmp_path: 
 
 
 def test_a_preset_is_recognised_whatever_the_keys_interpolated_from_other_groups_hold() -> None:
-    # norm.powernorm_warmup follows schedule.warmup_steps and norm.powernorm_groups model.n_heads: a pre_ln run with a
+    # PowerNorm's warmup_iters follows schedule.warmup_steps and its group_num model.n_heads: a pre_ln run with a
     # 60-step warmup used pre_ln, and so did an old run saved before the keys existed (ADDED's values).
-    composed = {**presets.preset_keys("pre_ln"), "norm.powernorm_warmup": 60, "norm.powernorm_groups": 2}
+    knobs = {"norm.knobs.powernorm.warmup_iters": 60, "norm.knobs.powernorm.group_num": 2}
+    composed = {**presets.preset_keys("pre_ln"), **knobs}
     old = {k: v for k, v in presets.preset_keys("pre_ln").items() if k not in ADDED}
     for keys in (composed, old):
         assert presets.used_preset(Variant("v", [Run(path=Path("r"), label="r", config=keys)]), "pre_ln")
-    assert "norm.powernorm_warmup" not in presets.preset_keys("pre_pn")
+    assert "norm.knobs.powernorm.warmup_iters" not in presets.preset_keys("pre_pn")
     other = {**composed, "norm.kind": "rmsnorm"}
     assert not presets.used_preset(Variant("v", [Run(path=Path("r"), label="r", config=other)]), "pre_ln")

@@ -221,7 +221,7 @@ def test_val_loss_with_batch_statistics_uses_the_running_statistic_after_the_war
     # val/loss_batch_stats runs PowerNorm in training mode: one more iteration (its buffers put back after). While that
     # iteration is within warmup_iters it divides by the batch's statistic; after, by running_phi, as eval mode does.
     torch.manual_seed(0)
-    norm = NormConfig(blocks=[{"stack": "enc", "kind": "powernorm"}], powernorm_warmup=2)
+    norm = NormConfig(blocks=[{"stack": "enc", "kind": "powernorm"}], knobs={"powernorm": {"warmup_iters": 2}})
     sizes = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_enc_layers": 1, "n_dec_layers": 1}
     model = EncoderDecoder(ModelConfig(src_vocab=12, tgt_vocab=12, pad_id=0, dropout=0.0, norm=norm, **sizes))
     data = Seq2SeqData([[5, 6, 7], [8, 9], [5, 9, 9, 6]] * 4, [[4, 5], [6, 7, 8], [9]] * 4)
@@ -256,12 +256,33 @@ def test_the_config_passes_fairseqs_warmup_and_groups():
 
     built = powernorms("schedule.warmup_steps=7", "model.n_heads=4")
     assert built and {(m.warmup_iters, m.group_num) for m in built} == {(7, 4)}
-    assert {(m.warmup_iters, m.group_num) for m in powernorms("norm.powernorm_warmup=0", "norm.powernorm_groups=1")} == {(0, 1)}
-    for bad, message in (("norm.powernorm_groups=3", r"norm.powernorm_groups=3 does not divide model.d_model=32 \(enc block 0\); "
-                                                     r"valid groups: \[1, 2, 4, 8, 16, 32\]"),
-                         ("norm.powernorm_warmup=-1", "norm.powernorm_warmup must be an integer >= 0, got -1")):  # fmt: skip
+    knobs = ("norm.knobs.powernorm.warmup_iters=0", "norm.knobs.powernorm.group_num=1")
+    assert {(m.warmup_iters, m.group_num) for m in powernorms(*knobs)} == {(0, 1)}
+    groups = (
+        r"enc block 0: norm.knobs.powernorm.group_num=3 does not divide model.d_model=32; valid groups: \[1, 2, 4, 8, 16, 32\]"
+    )
+    for bad, message in (
+        ("norm.knobs.powernorm.group_num=3", groups),
+        ("norm.knobs.powernorm.warmup_iters=-1", "norm.knobs.powernorm.warmup_iters must be an integer >= 0, got -1"),
+        ("norm.knobs.powernorm.warmup_iters=true", "norm.knobs.powernorm.warmup_iters must be an integer >= 0, got True"),
+        (
+            "+norm.knobs.powernorm.warmup=5",
+            "norm.knobs.powernorm.warmup is not a knob of powernorm; valid: warmup_iters, group_num",
+        ),
+        ("+norm.knobs.layernorm={}", "unknown norm.knobs key 'layernorm'; valid: the kinds with their own settings, powernorm"),
+    ):
         with pytest.raises(ValueError, match=message):
             validate(make_cfg("norm=pre_pn", bad))
+    # A norm.blocks entry sets only the knobs it names.
+    per_block = "norm.blocks=[{stack: enc, kind: powernorm}, {stack: enc, layers: [1], knobs: {powernorm: {warmup_iters: 3}}}]"
+    built = EncoderDecoder(validate(make_cfg("norm=pre_pn", "schedule.warmup_steps=7", "model.n_heads=4", per_block)).model)
+    assert [(m.warmup_iters, m.group_num) for m in built.encoder[1].modules() if isinstance(m, PowerNorm)] == [(3, 4)] * 2
+    assert [(m.warmup_iters, m.group_num) for m in built.encoder[0].modules() if isinstance(m, PowerNorm)] == [(7, 4)] * 2
+    # A config or checkpoint saved with the old flat keys reads with the knobs, a block entry's too.
+    saved = {"norm": {"powernorm_warmup": 60, "powernorm_groups": 2, "blocks": [{"layers": [0], "powernorm_warmup": 5}]}}
+    norm = with_current_names(saved)["norm"]
+    assert norm["knobs"] == {"powernorm": {"warmup_iters": 60, "group_num": 2}}
+    assert norm["blocks"] == [{"layers": [0], "knobs": {"powernorm": {"warmup_iters": 5}}}]
     # A config saved before the keys existed reads as the class defaults, which is what it built.
     old = with_current_names({"norm": {"kind": "powernorm"}})["norm"]
-    assert (old["powernorm_warmup"], old["powernorm_groups"]) == (10000, 1)
+    assert old["knobs"]["powernorm"] == {"warmup_iters": 10000, "group_num": 1}

@@ -106,7 +106,13 @@ def test_bench_composes_each_norm_preset_as_a_run_does():
     assert "_base" not in NORM_PRESETS and {"pre_ln", "post_rms", "deepnorm"} <= set(NORM_PRESETS)
     off = {"qk": None, "v": None, "blocks": None, "mix_ln_alpha": 0.25, "decoder_batch_stats": False}  # the keys added since
     # resolved: the default config's schedule.warmup_steps (conf/schedule/warmup_linear.yaml) and model.n_heads (small.yaml)
-    off |= {"powernorm_warmup": 200, "powernorm_groups": 4, "gpas": False, "gain": "plain", "qk_scope": "head", "hc": None}
+    off |= {
+        "knobs": {"powernorm": {"warmup_iters": 200, "group_num": 4}},
+        "gpas": False,
+        "gain": "plain",
+        "qk_scope": "head",
+        "hc": None,
+    }
     off |= {"alpha_init_attn": 0.5, "alpha_init_ffn": 0.5, "alpha_init_final": 0.5, "learned_embed_scale": False}
     assert norm_preset("post_rms") == {"kind": "rmsnorm", "impl": "custom", "placement": "post", "eps": 1e-5, "bias": True, **off}
 

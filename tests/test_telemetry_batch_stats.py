@@ -193,7 +193,7 @@ def gaussian_distances(kind: str, n_tokens: int, d: int, sigma: float, seeds: in
     """The mean over ``seeds`` Gaussian batches of ``bstat/enc.0.self_attn.norm_in/*``, the block-0 input of a
     pre-``kind`` encoder replaced by N(0, sigma^2) x (n_tokens real tokens in rows of 32, pads at 1e4), running
     statistics at the Gaussian's (BatchNorm: mean 0, var sigma^2; PowerNorm with ``groups`` groups: phi 1, its init)."""
-    model = make(kind=kind, n=1, d=d, decoder_batch_stats=True, powernorm_groups=groups)
+    model = make(kind=kind, n=1, d=d, decoder_batch_stats=True, knobs={"powernorm": {"group_num": groups}})
     norm = model.encoder[0].self_attn.norm_in
     if kind == "batchnorm":
         norm.running_var.fill_(sigma**2)

@@ -159,7 +159,9 @@ def init_output_change(
             the valid ones); a depth < 1.
     """
     device = batch.src.device
-    stack_kinds = tuple(BlockNorm(stack=b.stack, kind=b.kind) for b in cfg.norm.blocks or () if b.kind and b.layers is None)
+    stack_kinds = tuple(
+        BlockNorm(b.stack, sets={"kind": b.sets["kind"]}) for b in cfg.norm.blocks or () if "kind" in b.sets and b.layers is None
+    )
     out: dict[str, dict[int, float]] = {}
     for placement in placements:
         norm = replace(cfg.norm, placement=placement, blocks=stack_kinds or None)

@@ -293,7 +293,7 @@ def _describe(tp: Any) -> str:
         count = "" if len(args) == 1 or args[-1] is Ellipsis else f"{len(args)} "
         noun = "mappings" if dataclasses.is_dataclass(args[0]) else _NOUNS[args[0]][1]  # norm.blocks: a list of BlockNorm
         return f"a list of {count}{noun}"
-    if dataclasses.is_dataclass(tp) or tp is dict:
+    if dataclasses.is_dataclass(tp) or dict in (tp, typing.get_origin(tp)):
         return "a mapping of keys to values"
     return _NOUNS[tp][0]
 
@@ -309,7 +309,7 @@ def _matches(value: Any, tp: Any) -> bool:
         if len(args) == 1 or args[-1] is Ellipsis:
             return all(_matches(v, args[0]) for v in value)
         return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args, strict=True))
-    if dataclasses.is_dataclass(tp):
+    if dataclasses.is_dataclass(tp) or typing.get_origin(tp) is dict:  # norm.knobs: its dataclass checks the rest
         return isinstance(value, dict)
     if tp in (int, float) and isinstance(value, bool):
         return False
