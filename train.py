@@ -103,13 +103,18 @@ def _attempt(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
         # alone, and so does a refused resume (its dir stays as it was); otherwise the dir says what
         # happened (config.yaml too, so reports list the run).
         if is_main and not isinstance(e, ResumeRefused) and read_status(run_dir).get("state") not in DONE:
-            state = {NonFiniteLossError: "diverged", RunInterrupted: "interrupted", KeyboardInterrupt: "interrupted"}
             diverged = {"diverged_step": e.step} if isinstance(e, NonFiniteLossError) else {}
-            write_status(run_dir, state=state.get(type(e), "failed"), error=f"{type(e).__name__}: {e}", **diverged)
+            write_status(run_dir, state=ended_as(e), error=f"{type(e).__name__}: {e}", **diverged)
             (run_dir / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
             if not (run_dir / "config.yaml").exists():
                 OmegaConf.save(cfg, run_dir / "config.yaml")
         raise
+
+
+def ended_as(e: BaseException) -> str:
+    """The state a run that raised ``e`` ended in (``status.json``'s ``state``, the wandb run's ``run/state``)."""
+    states = {NonFiniteLossError: "diverged", RunInterrupted: "interrupted", KeyboardInterrupt: "interrupted"}
+    return states.get(type(e), "failed")
 
 
 def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
@@ -162,8 +167,10 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
             if stop.signum and run.world == 1:  # it came after the last step's check: the checkpoint holds that step
                 raise _stopped(stop.signum, "after the last step, before the final test", run_dir)
         test = _final_test(run)
-    finally:
-        run.logger.close()
+    except BaseException as e:
+        run.logger.close(ended_as(e))
+        raise
+    run.logger.close()
     if is_main:
         print_summary(run_dir, run.mcfg, run.step, [("tested", run.tested), *run.task.summary_rows(test, tc.test_max_examples)])
     return test

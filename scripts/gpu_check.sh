@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt
+  python3 -m venv .venv && .venv/bin/pip install -q -r requirements-test.txt
 fi
 . .venv/bin/activate
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader

@@ -20,6 +20,7 @@ left to wandb's automatic panels: which exist depends on the norm.
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -54,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.save:
         try:
             saved = workspace.save()
-        except Exception as e:  # no API key, no network, permission: say which, without a traceback
-            print(f"wandb_workspace: error: saving failed: {type(e).__name__}: {e}", file=sys.stderr)
+        except Exception as e:  # no API key, no network, permission, a server without workspaces: one line, no traceback
+            server = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+            why = " ".join(f"{type(e).__name__}: {e}".split())
+            hint = "workspaces need W&B's cloud or W&B Server"
+            print(f"wandb_workspace: error: saving to {server} failed ({hint}): {why}", file=sys.stderr)
             return 1
         print(f"saved: {saved.url}")
     return 0

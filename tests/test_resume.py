@@ -17,6 +17,7 @@ from telemetry.parameters import POWER_ITERS_FIRST
 from tests.helpers.config import ROOT, make_cfg, scheduled_lrs
 from tests.helpers.resume import EXACT, losses, rows, stop_by_sigterm
 from tests.helpers.telemetry import torch_sigma
+from tests.helpers.wandb_log import wandb_records
 from training.checkpoint import load_checkpoint, load_latest_good
 
 
@@ -142,31 +143,6 @@ def test_the_schedule_replayed_to_a_step_equals_the_one_that_ran(decay):
     assert lrs(17, 50, 33, loaded_lr=123.0) == ran[17:]
     replanned = lrs(17, 80, 10)  # resumed with a longer run: the decay is re-planned over 80 steps
     assert replanned == lrs(0, 80, 27)[17:] and (decay == "constant" or replanned != ran[17:27])
-
-
-def wandb_records(path: Path) -> list:
-    """The protobuf records (``wandb_internal_pb2.Record``) of an offline run's ``.wandb`` file.
-
-    The file is wandb's transaction log: a 7-byte header (``:W&B``, magic, version), then LevelDB
-    log-format blocks of 32 KiB, each record a 7-byte header (crc32, length, type: 1 full, 2 first,
-    3 middle, 4 last) and its bytes (format as written by wandb-core ``internal/leveldb``)."""
-    from wandb.proto import wandb_internal_pb2
-
-    data, records, pending, pos = path.read_bytes(), [], b"", 7
-    assert data[:4] == b":W&B"
-    while pos + 7 <= len(data):
-        if (left := 32768 - pos % 32768) < 7:  # a block's tail too short for a header is padding
-            pos += left
-            continue
-        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
-        if pos + 7 + length > len(data):  # still being written
-            break
-        pending += data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):
-            records.append(wandb_internal_pb2.Record.FromString(pending))
-            pending = b""
-    return records
 
 
 def wandb_attempts(run_dir: Path) -> list[tuple[str, bool, list[int]]]:

@@ -105,11 +105,18 @@ class MetricsLogger:
         chart = wandb.plot.line_series(xs=xs, ys=ys, keys=sites, title=title, xname="block (enc then dec)")
         self._wandb.log({DEPTH_CHART: chart}, step=step)
 
-    def close(self) -> None:
+    def close(self, state: str = "finished") -> None:
+        """Close ``metrics.jsonl`` and end the wandb run as ``state`` ended (``status.json``'s: finished, diverged,
+        interrupted, failed): its summary's ``run/state`` holds it, which every server shows, and wandb's exit code
+        is 0 for ``finished``, else 1, so W&B marks the run failed; an interrupted run is marked preempting first
+        (W&B: preempted, until its resume continues it)."""
         if self._file is not None:
             self._file.close()
         if self._wandb is not None:
-            self._wandb.finish()
+            self._wandb.summary["run/state"] = state
+            if state == "interrupted":
+                self._wandb.mark_preempting()
+            self._wandb.finish(exit_code=0 if state == "finished" else 1)
             self._wandb = None
 
 
