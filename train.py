@@ -30,10 +30,10 @@ import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
 from data.batching import train_stream
 from model.config import ModelConfig
+from model.norm_config import norm_title
 from runlog.lock import RunDirBusy, run_dir_lock
 from runlog.status import DONE, read_status, write_status
 from training import distributed, slurm
@@ -41,6 +41,7 @@ from training.checkpoint import LATEST, ResumeRefused, finished_run_changes
 from training.cli import check_args, register_resolvers, resume_command
 from training.flops import train_flops
 from training.interrupt import NonFiniteLossError, RunInterrupted, StopRequest, read_stop, request_stop
+from training.progress import Progress
 from training.schema import RunConfig, validate
 from training.step import train_step
 from training.sweep import in_multirun, parallel_jobs, sweep_stop_file
@@ -132,7 +133,7 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     try:
         if run.step == 0 and is_main:
             log_init_loss(run)
-        bar = tqdm(total=tc.max_steps, initial=run.step, desc="train", disable=not is_main)
+        bar = Progress(tc.max_steps, run.step, disable=not is_main)
         with StopRequest(sweep_stop_file()) as stop, bar:
             while run.step < tc.max_steps:
                 batches = next(stream)
@@ -146,7 +147,7 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                 result = train_step(run.ddp, micro, run.opt, run.sched, run.telemetry, options)
                 flops = sum(train_flops(run.mcfg, *s[:3]) for s in batches.shapes)
                 window.add(run.step, result, batches.n_tgt_tokens, flops)
-                bar.update(1)
+                bar.step(lr)
 
                 evaluate = run.step % tc.eval_every == 0 or run.step == tc.max_steps
                 save = run.step % tc.checkpoint_every == 0 or run.step == tc.max_steps
@@ -155,7 +156,7 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                     continue
                 metrics, signum = window.close(run, lr, stop.signum)
                 run.logger.log(run.step, metrics)
-                bar.set_postfix(loss=f"{metrics['train/loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{metrics['perf/tokens_per_s']:.0f}")
+                bar.logged(run.step, metrics)
                 if evaluate and is_main:
                     bar.write(f"step {run.step}: {validate_run(run)}")
                     run.logger.log_depth_profile(run.step, window.record, window.record_step)
@@ -205,7 +206,7 @@ def resume_hint(run_dir: Path) -> str:
 def print_summary(run_dir: Path, mcfg: ModelConfig, step: int, metric_rows: list[tuple[str, str]]) -> None:
     rows = [
         ("run dir", str(run_dir)),
-        ("norm", f"{mcfg.norm.placement} / {mcfg.norm.kind} / {mcfg.norm.impl}"),
+        ("norm", norm_title(mcfg.norm)),
         ("steps", str(step)),
         *metric_rows,
     ]

@@ -4,6 +4,7 @@ Hydra or torch (``training.schema`` builds these before torch loads). ``model.co
 :class:`NormConfig` and resolves a block's spec (``ModelConfig.block_norm``).
 """
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -269,3 +270,31 @@ class NormConfig(NormSpec):
         spec = NormSpec(**values)
         by_depth = PLACEMENTS[spec.placement].by_depth
         return spec if by_depth is None else replace(spec, placement=by_depth(index, n_layers, spec))
+
+
+def norm_label(norm: Any) -> list[str]:
+    """The words that name a run's norm: placement, kind and impl, then each setting that changes the model beyond
+    them (``qk_layernorm``, ``v_rmsnorm``, ``full``, ``unit_offset``, ``gpas``, ``hc_mhc``, ``alpha_0.8_0.2_0.2``,
+    ``embed_scale``, and each ``norm.blocks`` entry as its stack, layers and values: ``enc_powernorm``), so presets
+    that share the first three (``pre_ln``, ``pre_ln_gpas``, ``pre_ln_mhc``, ``pre_ln_qk``) read apart. ``norm`` is
+    the ``norm`` mapping as composed (unchecked: a run dir is named before the config is validated) or a
+    :class:`NormConfig`."""
+    get = norm.get if isinstance(norm, Mapping) else lambda key, default=None: getattr(norm, key, default)
+    words = [str(get("placement")), str(get("kind")), str(get("impl"))]
+    words += [f"{key}_{get(key)}" for key in ("qk", "v") if get(key) is not None]
+    words += [str(value) for key, plain in (("qk_scope", "head"), ("gain", "plain")) if (value := get(key, plain)) != plain]
+    words += ["gpas"] * bool(get("gpas")) + ([f"hc_{get('hc')}"] if get("hc") else [])
+    alphas = [get(f"alpha_init_{site}", 0.5) for site in NORM_SITES]
+    words += [f"alpha_{'_'.join(map(str, alphas))}"] * (alphas != [0.5] * 3) + ["embed_scale"] * bool(get("learned_embed_scale"))
+    for block in get("blocks") or ():
+        entry = block.to_entry() if isinstance(block, BlockNorm) else dict(block)
+        where = [entry.get("stack") or "both", *map(str, entry.get("layers") or ())]
+        values = [str(v) for k, v in entry.items() if k not in ("stack", "layers", "knobs") and v is not None]
+        words.append("_".join(where + values))
+    return words
+
+
+def norm_title(norm: Any) -> str:
+    """:func:`norm_label` as a run prints it: ``pre/layernorm/custom``, ``pre/layernorm/custom + gpas``."""
+    words = norm_label(norm)
+    return "/".join(words[:3]) + (f" + {', '.join(words[3:])}" if words[3:] else "")

@@ -52,6 +52,58 @@ def test_a_norm_kind_given_as_norm_names_norm_kind_and_the_presets(kind, capsys)
     assert capsys.readouterr() == ("", "")
 
 
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["norm=pre_lm"], "unknown norm preset 'pre_lm'; did you mean norm=pre_ln or norm=pre_rms or norm=pre_lns? valid: "),
+        (["-m", "norm=post_ln,pre_lm", "seed=0,1"], "unknown norm preset 'pre_lm'; did you mean norm=pre_ln"),
+        (["model=tinyy"], "unknown model preset 'tinyy'; did you mean model=tiny? valid: base, mini, small, tiny"),
+        (["model.d_modle=64"], "model.d_modle is not a key of model; did you mean model.d_model? valid keys: d_model, n_heads"),
+        (["-m", "norm=post_ln,pre_ln", "seed=0,1", "model.d_modle=64"], "model.d_modle is not a key of model; did you mean"),
+        (["+experiment=norm_ablation", "trainer.max_step=3"], "trainer.max_step is not a key of trainer; did you mean "
+                                                              "trainer.max_steps or trainer.max_tokens?"),
+        (["data=multi30k", "data.maxlen=3"], "data.maxlen is not a key of data; did you mean data.max_len?"),  # the preset's keys
+        (["norm.knobs.powernorm.warmup=3"], "norm.knobs.powernorm.warmup is not a key of norm.knobs.powernorm; did you mean "
+                                            "norm.knobs.powernorm.warmup_iters?"),
+        (["logger=none", "logger.project=x"], "logger.project is not a key of logger; valid keys: name"),
+    ],
+)  # fmt: skip
+def test_an_unknown_preset_or_key_is_one_line_naming_the_nearest(args, error):
+    with pytest.raises(SystemExit) as stop:
+        check_args(args)
+    assert str(stop.value.code).startswith(f"normlab: error: {error}") and "\n" not in str(stop.value.code)
+
+
+def test_docs_config_quotes_the_errors_the_command_line_check_prints():
+    # docs/config.md: `<override>` -> `normlab: error: <message>...` (a message cut short ends with "...").
+    text = " ".join((ROOT / "docs" / "config.md").read_text().split())
+    quoted = re.findall(r"`([^`]+)` -> `normlab: error: ([^`]+)`", text)
+    checked = 0
+    for override, message in quoted:
+        try:
+            check_args([override])
+        except SystemExit as stop:
+            assert str(stop.code).startswith("normlab: error: " + message.removesuffix("...")), override
+            checked += 1
+    assert checked >= 3  # norm=layernorm, model.d_modle=64, norm=pre_lm
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["data=multi30k", "data.max_len=3"],  # a key the preset brings
+        ["-m", "+experiment=norm_ablation", "trainer.max_steps=3"],
+        ["-m", "norm=glob(pre_*)", "norm.kind=rmsnorm"],  # Hydra's sweep functions are Hydra's to read
+        ["hydra/launcher=joblib", "-m", "seed=0,1"],  # Hydra's own presets live outside conf/
+        ["+norm.new_key=1", "hydra.run.dir=/tmp/x", "norm.blocks=[{stack: enc, kind: rmsnorm}]"],
+        ["norm.knobs.powernorm.warmup_iters=3", "optim.betas=[0.9,0.95]"],
+    ],
+)
+def test_valid_presets_and_keys_pass_the_check(args, capsys):
+    check_args(args)
+    assert capsys.readouterr() == ("", "")
+
+
 def test_cli_norm_layernorm_exits_1_with_one_line_before_hydra_runs(tmp_path):
     done = train_py(*SMOKE, "norm=layernorm", cwd=tmp_path)
     assert done.returncode == 1
@@ -161,3 +213,19 @@ def test_the_resume_hint_names_the_checkpoint_when_there_is_one(tmp_path):
     assert train_module.resume_hint(tmp_path) == (
         f"checkpoint {tmp_path / LATEST} (step 10); continue with: python train.py hydra.run.dir={tmp_path}"
     )
+
+
+def test_each_norm_preset_names_its_run_dir_and_start_line_apart():
+    from omegaconf import OmegaConf
+
+    from model.norm_config import norm_label, norm_title
+    from tests.helpers.config import compose_conf
+
+    labels = {}
+    for name in presets("norm"):
+        norm = OmegaConf.to_container(compose_conf(f"norm={name}").norm, resolve=False)
+        labels.setdefault("-".join(norm_label(norm)), []).append(name)
+    assert [names for names in labels.values() if len(names) > 1] == []
+    assert labels["pre-layernorm-custom-gpas"] == ["pre_ln_gpas"] and labels["pre-dyt-custom"] == ["pre_dyt"]
+    assert "pre-layernorm-custom" in labels and "pre-layernorm-custom-enc_powernorm" in labels  # pre_ln, pre_pn
+    assert norm_title(OmegaConf.to_container(compose_conf("norm=pre_ln_mhc").norm)) == "pre/layernorm/custom + hc_mhc"

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -86,3 +87,18 @@ def test_every_relative_link_resolves(page):
         assert dest.exists(), f"{page.name}: {target} -> no such file"
         if anchor:
             assert anchor in anchors(dest), f"{page.name}: {target} -> no heading with that anchor in {dest.name}"
+
+
+def test_docs_sweeps_counts_the_variants_presets_norms_and_runs():
+    preset = OmegaConf.load(ROOT / "conf" / "experiment" / "variants.yaml")
+    norms = str(preset.hydra.sweeper.params.norm).split(",")
+    seeds = str(preset.hydra.sweeper.params.seed).split(",")
+    row = next(line for line in (ROOT / "docs" / "sweeps.md").read_text().splitlines() if line.startswith("| `variants` |"))
+    every = len(list((ROOT / "conf" / "norm").glob("*.yaml")))
+    assert f"{len(norms)} of the {every} norm presets" in row and f"x {len(seeds)} seeds" in row
+    assert f"({len(norms) * len(seeds)} runs" in row
+
+
+def test_readme_names_every_norm_preset():
+    text = (ROOT / "README.md").read_text()
+    assert [p.stem for p in sorted((ROOT / "conf" / "norm").glob("*.yaml")) if f"`{p.stem}`" not in text] == []

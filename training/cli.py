@@ -1,15 +1,16 @@
 """The command line of ``train.py`` around Hydra: checks of the arguments before Hydra reads them,
 the run dir check, and the commands a run prints to continue it.
 
-``check_args`` runs before Hydra: an override that sets a renamed key, and ``norm=<a norm kind>``
-(the likeliest mistake: ``norm`` picks a preset, ``norm.kind`` the kind), stop with one line that
-Hydra's own error would not give; ``+experiment=<a sweep preset>`` without ``-m`` warns that only
-one run trains. :class:`RunDirCheck` (a Hydra callback) stops with one line when the run or sweep
-dir cannot be created or written into, before Hydra's traceback would. :func:`resume_command` and
+``check_args`` runs before Hydra: an override that sets a renamed key, ``norm=<a norm kind>``
+(the likeliest mistake: ``norm`` picks a preset, ``norm.kind`` the kind), an unknown preset or key, stop with one
+line naming the nearest valid names, which Hydra's own error would not give; ``+experiment=<a sweep preset>``
+without ``-m`` warns that only one run trains. :class:`RunDirCheck` (a Hydra callback) stops with one line when the
+run or sweep dir cannot be created or written into, before Hydra's traceback would. :func:`resume_command` and
 :func:`continue_command` quote every argument for a POSIX shell and the dir for Hydra's override
 grammar, so the printed command pastes as it is.
 """
 
+import difflib
 import os
 import re
 import shlex
@@ -24,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from model.kinds import NORM_KINDS
+from model.norm_config import norm_label
 from runlog.renames import renamed_override
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -32,9 +34,11 @@ _PLAIN = re.compile(r"[\w/.:@%+~-]+")  # a value Hydra's override grammar reads 
 
 
 def register_resolvers() -> None:
-    """Register ``${norm_kinds:}``, which conf/config.yaml's ``--help`` header reads: ``model.kinds.NORM_KINDS``
-    comma-separated, so the help lists the kinds the records define. Call before Hydra composes the config."""
+    """Register what conf/config.yaml reads: ``${norm_kinds:}`` (its ``--help`` header), ``model.kinds.NORM_KINDS``
+    comma-separated, so the help lists the kinds the records define; ``${norm_label:${norm}}`` (the run dir's name),
+    ``model.norm_config.norm_label`` joined by ``-``. Call before Hydra composes the config."""
     OmegaConf.register_new_resolver("norm_kinds", lambda: ", ".join(NORM_KINDS), replace=True)
+    OmegaConf.register_new_resolver("norm_label", lambda norm: "-".join(norm_label(norm)), replace=True)
 
 
 def presets(group: str) -> list[str]:
@@ -85,11 +89,64 @@ def sweep_preset_warning(args: list[str]) -> str | None:
     return None
 
 
+def unknown_preset(args: list[str]) -> str | None:
+    """The error for ``group=name`` naming no preset of a config group (``norm=pre_lm``), with the nearest names;
+    else None. Hydra's own error spans 40 lines and suggests nothing."""
+    for group, names in _choices(args):
+        for name in names:
+            if name not in (valid := presets(group)):
+                near = difflib.get_close_matches(name, valid, n=3)
+                hint = f"did you mean {' or '.join(f'{group}={n}' for n in near)}? " if near else ""
+                return f"unknown {group} preset {name!r}; {hint}valid: {', '.join(valid)}"
+    return None
+
+
+def _choices(args: list[str]) -> list[tuple[str, list[str]]]:
+    """(group, the presets it names) of each ``group=name`` / ``+group=a,b`` override of a conf/ group; a sweep
+    written with Hydra's functions (``choice(...)``, ``glob(...)``) is left to Hydra."""
+    out = []
+    for arg in args:
+        group, _, value = arg.lstrip("+").partition("=")
+        # hydra/*: Hydra's and its plugins' own presets (hydra/launcher=joblib) sit outside conf/
+        if (CONF / group).is_dir() and not group.startswith("hydra") and value and "(" not in value:
+            out.append((group, value.split(",")))
+    return out
+
+
+def unknown_key(args: list[str]) -> str | None:
+    """The error for ``a.b=value`` setting a key the composed config lacks (``model.d_modle=64``), with the nearest
+    keys of its section; else None. Hydra's own error suggests ``+model.d_modle=64``, which adds the typo as a key (and
+    the run then stops on it). The config is composed with ``args``' preset choices, so a preset's own keys count."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    # The first preset of each group's choice (of a sweep's, too), the experiment's included: the keys they bring count.
+    choices = [("+" if g == "experiment" else "") + f"{g}={names[0]}" for g, names in _choices(args)]
+    keys = [a.split("=", 1)[0] for a in args if "=" in a and a[0] not in "+~" and "." in a.split("=", 1)[0]]
+    keys = [k for k in keys if not k.startswith("hydra.")]
+    if not keys:
+        return None
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("config", overrides=choices)
+    except HydraException:  # a bad choice: Hydra says so when it reads them
+        return None
+    for key in keys:
+        section, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, section)
+        if isinstance(node, DictConfig) and leaf not in node:
+            near = difflib.get_close_matches(leaf, [str(k) for k in node], n=3)
+            hint = f"did you mean {' or '.join(f'{section}.{n}' for n in near)}? " if near else ""
+            return f"{key} is not a key of {section}; {hint}valid keys: {', '.join(str(k) for k in node)}"
+    return None
+
+
 def override_error(args: list[str]) -> str | None:
-    """What is wrong with ``args`` before Hydra reads them: a renamed key (``runlog.renames``) or ``norm=<a kind>``
-    (:func:`norm_kind_as_preset`), in one line; None when neither. train.py and the scripts that compose its
-    configs (``match_params``, ``estimate_time``) refuse the same overrides."""
-    return renamed_override(args) or norm_kind_as_preset(args)
+    """What is wrong with ``args`` before Hydra reads them, in one line: a renamed key (``runlog.renames``),
+    ``norm=<a kind>`` (:func:`norm_kind_as_preset`), an unknown preset or key (:func:`unknown_preset`,
+    :func:`unknown_key`); None when none. train.py and the scripts that compose its configs (``match_params``,
+    ``estimate_time``) refuse the same overrides."""
+    return renamed_override(args) or norm_kind_as_preset(args) or unknown_preset(args) or unknown_key(args)
 
 
 def check_args(args: list[str]) -> None:

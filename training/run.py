@@ -19,6 +19,7 @@ from data.batching import check_budget
 from data.tokenizer import PAD_ID
 from model.batch_reading import BatchReadingNorm
 from model.config import ModelConfig
+from model.norm_config import norm_title
 from model.transformer import EncoderDecoder
 from runlog.status import LAST_STEP_TESTED, write_status
 from telemetry.recorder import Telemetry
@@ -211,7 +212,7 @@ def set_off(run: Run, precision: str) -> None:
     )
     print(
         f"normlab: {model.parameter_counts()['total'] / 1e6:.2f}M parameters{hyper_connection_note(model)}, norm "
-        f"{run.mcfg.norm.placement}/{run.mcfg.norm.kind}/{run.mcfg.norm.impl}, device {run.device} x {run.world}, "
+        f"{norm_title(run.mcfg.norm)}, device {run.device} x {run.world}, "
         f"{precision}, run dir {run.run_dir}"
     )
 
