@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,13 +36,17 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def online(server: WandbServer, monkeypatch: pytest.MonkeyPatch) -> WandbServer:
+def online(server: WandbServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[WandbServer]:
     """wandb pointed at the server, online, as a user's environment would point it."""
     for key, value in server.env().items():
         monkeypatch.setenv(key, value)
     for key in ("WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_GROUP"):
         monkeypatch.delenv(key, raising=False)
-    return server
+    # wandb reads the environment once per process, at its first use (its singleton keeps the settings): an earlier
+    # test of this xdist worker would leave it pointed at W&B's cloud. Tear it down so the next wandb.init reads it anew.
+    wandb.teardown()
+    yield server
+    wandb.teardown()
 
 
 def logged(run_dir: Path) -> dict[str, dict[int, float]]:
