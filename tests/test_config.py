@@ -16,6 +16,7 @@ import train as train_module
 from runlog.renames import renamed_override, with_current_names
 from tests.helpers.config import NEEDS, ROOT, make_cfg, presets
 from training.checkpoint import load_checkpoint, save_checkpoint
+from training.cli import register_resolvers
 from training.schema import DECAYS, validate
 
 TRANSLATION_KEYS = "name, source, src_lang, tgt_lang, hub, path, max_len, max_examples, vocab_size, joint_vocab, cache_dir, task"
@@ -294,6 +295,7 @@ def test_run_dir_is_named_from_the_resolved_norm_keys_not_the_preset(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 1 and "trainer.max_steps=0 is invalid" in proc.stderr  # stops early, its dir made
     assert [p.name for p in (tmp_path / "outputs" / "2020-01-02").iterdir()] == ["03-04-05_sandwich-rmsnorm-custom"]
+    register_resolvers()  # as train.py does before Hydra composes (the run dir reads ${norm_label:${norm}})
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["norm=post_rms", "norm.impl=native"], return_hydra_config=True)
     assert cfg.hydra.run.dir.endswith("_post-rmsnorm-native") and "post_rms" not in cfg.hydra.run.dir

@@ -61,9 +61,9 @@ def test_wall_time_is_flops_over_peak_times_mfu():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["trainer.max_step=3"], "Could not override 'trainer.max_step'; To append to your config use +trainer.max_step=3"),
+        (["trainer.max_step=3"], "trainer.max_step is not a key of trainer; did you mean trainer.max_steps"),
         (["seed=abc"], "seed='abc' is invalid: expected an integer"),
-        (["model=bigg"], "In 'config': Could not find 'model/bigg'"),
+        (["model=bigg"], "unknown model preset 'bigg'; valid: base, mini, small, tiny"),
         (["norm=layernorm"], "norm=layernorm is not a preset; did you mean norm.kind=layernorm"),
         (["--mfu", "1.5"], "--mfu=1.5 is invalid; MFU is a fraction of the peak in (0, 1]"),
     ],

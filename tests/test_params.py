@@ -168,5 +168,5 @@ def test_a_mistyped_preset_is_one_line_naming_the_valid_ones(capsys) -> None:
     assert match_params.main(["norm=pre_ln_mhcc", "--baseline", "norm=pre_ln"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Config search path" not in err
-    assert err.startswith("match_params: error: In 'config': Could not find 'norm/pre_ln_mhcc'; Available options in 'norm': ")
+    assert err.startswith("match_params: error: unknown norm preset 'pre_ln_mhcc'; did you mean norm=pre_ln_mhc")
     assert ", pre_ln_mhc, " in err and ", pre_rms_zc, " in err
