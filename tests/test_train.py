@@ -5,7 +5,6 @@ import json
 import math
 import subprocess
 import sys
-import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import training.run
 import training.step
 from model.transformer import EncoderDecoder
 from tests.helpers.config import ROOT, make_cfg, model_config
+from tests.helpers.resume import poison_loss_at
 from training.checkpoint import load_checkpoint
 from training.evaluate import evaluate_loss
 from training.schema import validate
@@ -166,14 +166,7 @@ def test_resume_path_that_is_not_a_checkpoint(tmp_path):
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_finite_checkpoint(tmp_path, monkeypatch):
-    calls = {"n": 0}
-
-    def poisoned_cross_entropy(*args, **kwargs):  # the 8th training step's loss is NaN
-        calls["n"] += 1
-        loss = torch.nn.functional.cross_entropy(*args, **kwargs)
-        return loss * float("nan") if calls["n"] == 8 else loss
-
-    monkeypatch.setattr(training.step, "F", types.SimpleNamespace(cross_entropy=poisoned_cross_entropy))
+    poison_loss_at(monkeypatch, step=8)
     # The NaN step's update poisons every weight, so step 10's telemetry sees NaN from the embeddings on.
     pattern = r"step 8; first non-finite activation: act/enc.embed/rms; last finite checkpoint: .*checkpoint.pt \(step 5\)"
     with pytest.raises(train_module.NonFiniteLossError, match=pattern):

@@ -6,19 +6,16 @@ import json
 import os
 import subprocess
 import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 import wandb
 
 import train as train_module
-import training.step
 from tests.helpers.cdp import shoot_element
 from tests.helpers.config import ROOT, make_cfg
-from tests.helpers.resume import rows, stop_by_sigterm
+from tests.helpers.resume import poison_loss_at, rows, stop_by_sigterm
 from tests.helpers.runs import chromium
 from tests.helpers.wandb_log import wandb_records
 from tests.helpers.wandb_server import WandbServer, start_server
@@ -102,14 +99,7 @@ def test_sigterm_and_resume_continue_one_run_with_every_step_once(
 
 
 def test_a_diverged_run_says_so_on_the_server(online: WandbServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = {"n": 0}
-
-    def poisoned_cross_entropy(*args, **kwargs):  # the 8th training step's loss is NaN
-        calls["n"] += 1
-        loss = torch.nn.functional.cross_entropy(*args, **kwargs)
-        return loss * float("nan") if calls["n"] == 8 else loss
-
-    monkeypatch.setattr(training.step, "F", types.SimpleNamespace(cross_entropy=poisoned_cross_entropy))
+    poison_loss_at(monkeypatch, step=8)
     with pytest.raises(train_module.NonFiniteLossError):
         train_module.train(make_cfg(*WANDB, "logger.project=diverged"), tmp_path)
     (run,) = online.runs("diverged")
