@@ -181,7 +181,7 @@ def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_pat
     assert json.loads((job_dir / "status.json").read_text())["state"] == "finished"
     again = subprocess.run(["bash", "-c", sweep_cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "already finished at step 60; skipped" in again.stdout and "1 jobs, 0 failed" in again.stdout
+    assert "already finished at step 60; skipped" in again.stdout and "1 job: 1 finished" in again.stdout
 
 
 def test_ctrl_c_during_start_up_is_one_line_and_exits_130(tmp_path):

@@ -95,3 +95,28 @@ def test_wandb_prints_nothing_and_normlabs_summary_is_the_last_output(tmp_path, 
     assert [row.split()[0] for row in table] == ["run", "norm", "steps", "tested", "test", "test", "test", "test"]
     assert table[0].split() == ["run", "dir", str(tmp_path)] and table[2].split() == ["steps", "5"]
     assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))  # wandb still wrote its run
+
+
+def test_a_run_whose_wandb_service_is_killed_goes_on_to_its_end_without_it(tmp_path, monkeypatch, capfd) -> None:
+    # What SLURM does to a preempted job: SIGTERM to every process of it, wandb's service (wandb-core) too, which exits
+    # at once. The run must still end as it would have (the requeue of tests/test_wandb_online.py needs its checkpoint).
+    import os
+    import signal
+    import subprocess
+
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    logger = loggers.MetricsLogger(tmp_path, {"project": "p", "name": "n"})
+    logger.log(1, {"train/loss": 3.0})
+    (core,) = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "wandb-core"], capture_output=True, text=True).stdout.split()
+    os.kill(int(core), signal.SIGTERM)
+    os.waitpid(int(core), 0)
+    logger.log(2, {"train/loss": 2.0})
+    logger.log(3, {"train/loss": 1.0})
+    logger.close("interrupted")
+    out = capfd.readouterr().out
+    assert out.count("normlab: wandb's service process is gone (") == 1  # said once, then wandb is left alone
+    assert [json.loads(line)["train/loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [3, 2, 1]
+    run = wandb.init(project="p", mode="offline", dir=str(tmp_path / "again"))  # the next attempt starts a service anew
+    run.finish()

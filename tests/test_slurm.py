@@ -17,7 +17,7 @@ import torch
 import train as train_module
 from tests.helpers.config import ROOT, TINY, make_cfg
 from tests.helpers.resume import EXACT, losses
-from tests.helpers.slurm_cluster import LAUNCHER, finish, hold_until_signalled, job_pid, start_sweep, wait_for
+from tests.helpers.slurm_cluster import LAUNCHER, finish, hold_until_signalled, job_dir, job_pid, start_sweep, wait_for
 from training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slurm
@@ -31,12 +31,6 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("straight")
     train_module.train(make_cfg(*RUN), run_dir)
     return run_dir
-
-
-def job_dir(sweep_dir: Path) -> Path | None:
-    """The run dir of a one-job sweep once it has logged a training loss; None before."""
-    runs = [p.parent for p in sweep_dir.glob("*/metrics.jsonl") if '"train/loss"' in p.read_text()]
-    return runs[0] if runs else None
 
 
 def submitit_log(sweep_dir: Path) -> str:
@@ -62,7 +56,7 @@ def test_a_job_at_its_time_limit_checkpoints_is_requeued_and_ends_as_an_uninterr
     hold_until_signalled(wait_for("the job's process", lambda: job_pid(sweep_dir), proc), signal.SIGUSR2, proc)
     out, err = finish(proc, tmp_path)
     assert proc.returncode == 0, err[-3000:]
-    assert "1 jobs, 0 failed" in out
+    assert "1 job: 1 finished" in out
 
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "finished" and status["slurm"]["restarts"] >= 1
@@ -84,7 +78,7 @@ def test_a_preempted_job_checkpoints_is_requeued_and_ends_as_an_uninterrupted_ru
     hold_until_signalled(wait_for("the job's process", lambda: job_pid(sweep_dir), proc), signal.SIGTERM, proc, requeue)
     out, err = finish(proc, tmp_path)
     assert proc.returncode == 0, err[-3000:]
-    assert "1 jobs, 0 failed" in out and f"slurm {job_id} requeued 1x" in out
+    assert "1 job: 1 finished" in out and f"slurm {job_id} requeued 1x" in out
 
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "finished" and status["slurm"] == {"job_id": job_id, "restarts": 1, "node": status["slurm"]["node"]}
@@ -112,7 +106,7 @@ def test_a_job_out_of_requeues_says_why_in_its_status_and_the_sweep_summary(slur
     why = "not requeued: timed-out too many times (hydra.launcher.max_num_timeout=0)"
     assert status["state"] == "failed" and status["error"].startswith(f"{why}; stopped by SIGUSR2 after step {step};")
     assert 1 <= step < 12 and status["step"] == step
-    assert "1 jobs, 1 failed" in out
+    assert "1 job: 1 failed" in out
     assert f"failed  {step}  slurm {job_id} requeued 0x  {why}" in out
 
 
@@ -133,7 +127,7 @@ def test_a_4_job_array_runs_2_at_a_time_equals_the_local_sweep_and_reruns_skip_f
     sweep_dir = tmp_path / "slurm"
     args = [*overrides, *LAUNCHER, "hydra.launcher.array_parallelism=2", f"hydra.sweep.dir={sweep_dir}"]
     out, err = finish(start_sweep(slurm_env, tmp_path, *args), tmp_path)
-    assert "4 jobs, 0 failed" in out, err[-3000:]
+    assert "4 jobs: 4 finished" in out, err[-3000:]
 
     jobs = sorted(p.parent.name for p in (tmp_path / "local").glob("*/status.json"))
     assert len(jobs) == 4 and sorted(p.parent.name for p in sweep_dir.glob("*/status.json")) == jobs
@@ -158,6 +152,6 @@ def test_a_4_job_array_runs_2_at_a_time_equals_the_local_sweep_and_reruns_skip_f
 
     before = {p: p.read_text() for p in sweep_dir.glob("*/metrics.jsonl")}
     out, err = finish(start_sweep(slurm_env, tmp_path, *args), tmp_path)  # the same command again
-    assert "4 jobs, 0 failed" in out, err[-3000:]
+    assert "4 jobs: 4 finished" in out, err[-3000:]
     assert submitit_log(sweep_dir).count("already finished at step 6; skipped") == 4
     assert {p: p.read_text() for p in sweep_dir.glob("*/metrics.jsonl")} == before

@@ -64,7 +64,7 @@ def test_the_sweep_summary_lists_slurm_jobs_and_why_one_was_not_requeued(tmp_pat
     table, failed = summarize(tmp_path)
     assert failed == 1
     assert table.splitlines() == [
-        f"sweep {tmp_path}: 2 jobs, 1 failed",
+        f"sweep {tmp_path}: 2 jobs: 1 finished, 1 failed",
         "seed=0  finished  20  slurm 15_0 requeued 1x  per 25.00%",
         f"seed=1  failed     7  slurm 15_1 requeued 3x  {why} (log: {tmp_path / 'seed=1' / 'train.log'})",
     ]

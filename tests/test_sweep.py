@@ -14,9 +14,11 @@ import matplotlib.image
 import pytest
 
 from reporting import page as report_page
+from runlog.status import write_status
 from tests.helpers.config import ROOT
 from tests.helpers.runs import figures
 from training.checkpoint import load_checkpoint
+from training.sweep import planned_jobs, summarize
 
 SMOKE = ["model=tiny", "trainer=smoke", "telemetry.every=5"]
 
@@ -43,7 +45,7 @@ def test_a_2x2_sweep_runs_every_job_in_a_dir_named_by_its_overrides(two_by_two):
         f"logger=none,model=tiny,norm={n},seed={s},telemetry.every=5,trainer=smoke" for n in ("post_ln", "pre_ln") for s in (0, 1)
     ]
     assert all(json.loads((sweep_dir / j / "status.json").read_text())["state"] == "finished" for j in jobs)
-    assert f"sweep {sweep_dir}: 4 jobs, 0 failed" in done.stdout
+    assert f"sweep {sweep_dir}: 4 jobs: 4 finished" in done.stdout
 
 
 def test_the_report_of_the_sweep_has_one_trace_per_run_and_every_panel(two_by_two, tmp_path):
@@ -70,7 +72,7 @@ def test_rerunning_the_sweep_skips_finished_jobs(two_by_two):
 def test_a_failing_job_does_not_stop_the_sweep_and_is_listed(tmp_path):
     done = sweep("logger=none", "trainer.max_steps=5", "model.n_heads=3,2", f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
     assert done.returncode == 1
-    assert "2 jobs, 1 failed" in done.stdout
+    assert "2 jobs: 1 finished, 1 failed" in done.stdout
     failed = tmp_path / "s" / "logger=none,model.n_heads=3,model=tiny,telemetry.every=5,trainer.max_steps=5,trainer=smoke"
     assert re.search(r"n_heads=3,\S+ +failed +- +ValueError: model.d_model=32 is not divisible by model.n_heads=3", done.stdout)
     assert f"(log: {failed / 'error.log'})" in done.stdout and "Traceback" in (failed / "error.log").read_text()
@@ -99,7 +101,7 @@ def test_the_parallel_launcher_runs_jobs_side_by_side(tmp_path):
                  f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Joblib.Parallel(n_jobs=2" in done.stdout + done.stderr
-    assert "2 jobs, 0 failed" in done.stdout
+    assert "2 jobs: 2 finished" in done.stdout
 
 
 def test_sigint_stops_a_parallel_sweep_with_checkpoints_and_the_same_command_resumes_it(tmp_path):
@@ -135,12 +137,54 @@ def test_sigint_stops_a_parallel_sweep_with_checkpoints_and_the_same_command_res
         stopped[job.parent] = status["step"]
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "2 jobs, 0 failed" in again.stdout
+    assert "2 jobs: 2 finished" in again.stdout
     for run_dir, step in stopped.items():
         assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
         assert f"| {step}/40 [00:00<?" in again.stderr  # each job's progress starts at its checkpoint's step
     assert "| 0/40 [" not in again.stderr  # no job started over
     assert not (tmp_path / "s" / "STOP").exists()
+
+
+def test_sigint_on_a_sequential_sweep_counts_the_jobs_it_stopped_and_those_it_never_started(tmp_path):
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SMOKE, "logger=none", "trainer.max_steps=40", "seed=0,1,2,3",
+           f"hydra.sweep.dir={tmp_path / 's'}"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    first = tmp_path / "s" / "logger=none,model=tiny,seed=0,telemetry.every=5,trainer.max_steps=40,trainer=smoke"
+    while not ((first / "metrics.jsonl").is_file() and '"train/loss"' in (first / "metrics.jsonl").read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    head, *rows = stdout[stdout.index(f"sweep {tmp_path / 's'}: ") :].splitlines()
+    assert head == f"sweep {tmp_path / 's'}: 4 jobs: 1 interrupted, 3 not started"
+    assert [row.split()[1] for row in rows[:4]] == ["interrupted", "not", "not", "not"]  # the jobs' rows, seed 0 first
+    assert all(row.split()[1:4] == ["not", "started", "-"] for row in rows[1:4])
+
+
+def test_the_summary_counts_every_state_and_the_jobs_planned_without_a_dir(tmp_path):
+    for name, state in [("a", "finished"), ("b", "diverged"), ("c", "interrupted"), ("d", "failed"), ("e", "running")]:
+        (tmp_path / name).mkdir()
+        write_status(tmp_path / name, state=state, step=3)
+    (tmp_path / "f" / ".hydra").mkdir(parents=True)  # Hydra made the job's dir; the stopped sweep never started it
+    table, failed = summarize(tmp_path, planned=7)
+    assert failed == 2  # "running" at the end: the job died without a word
+    assert table.splitlines()[0] == f"sweep {tmp_path}: 7 jobs: 1 finished, 1 diverged, 1 interrupted, 2 failed, 2 not started"
+    assert table.splitlines()[-1].split() == ["f", "not", "started", "-"]
+    assert summarize(tmp_path / "a")[0].splitlines()[0] == f"sweep {tmp_path / 'a'}: 1 job: 1 finished"
+
+
+def test_the_planned_jobs_are_the_product_of_the_sweeps_of_the_experiment_and_the_command_line():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["+experiment=norm_ablation"], return_hydra_config=True)
+    assert planned_jobs(cfg) == 15  # 5 norms x 3 seeds
+    cfg.hydra.overrides.task = ["+experiment=norm_ablation", "seed=0,1", "optim.lr=1e-3,2e-3"]  # seed: the command line's
+    assert planned_jobs(cfg) == 5 * 2 * 2
+    cfg.hydra.overrides.task = ["norm=glob(pre_*)"]  # needs Hydra's config loader: not counted, never a wrong number
+    assert planned_jobs(cfg) is None
 
 
 @pytest.mark.parametrize("launcher, stops", [(None, True), ("local_parallel", True), ("slurm", False)])

@@ -1,9 +1,11 @@
 """logger=wandb online, end to end, against a real wandb-protocol server on loopback (openwandb:
 ``tests/helpers/wandb_server.py``): what a run logs lands on the server as metrics.jsonl has it, across a SIGTERM and
-its resume, for each job of a sweep, with the state the run ended in; and the server's run page draws its loss."""
+its resume and a SLURM requeue, for each job of a sweep, with the state the run ended in; and the server's run page
+draws its loss."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,9 +16,10 @@ import wandb
 
 import train as train_module
 from tests.helpers.cdp import shoot_element
-from tests.helpers.config import ROOT, make_cfg
-from tests.helpers.resume import poison_loss_at, rows, stop_by_sigterm
+from tests.helpers.config import ROOT, TINY, make_cfg
+from tests.helpers.resume import EXACT, poison_loss_at, rows, stop_by_sigterm
 from tests.helpers.runs import chromium
+from tests.helpers.slurm_cluster import LAUNCHER, finish, hold_until_signalled, job_dir, job_pid, start_sweep, wait_for
 from tests.helpers.wandb_log import wandb_records
 from tests.helpers.wandb_server import WandbServer, start_server
 
@@ -124,6 +127,36 @@ def test_each_job_of_a_sweep_is_one_run_grouped_by_the_sweep(online: WandbServer
         assert_server_has_metrics_jsonl(online, run["run_id"], job)
         # openwandb does not keep a run's group: the group normlab sent is read from wandb's local record of the run.
         assert sent_group(job) == "twojobs"
+
+
+@pytest.mark.slurm
+def test_a_requeued_slurm_job_continues_its_run(online: WandbServer, slurm_env: dict[str, str], tmp_path: Path) -> None:
+    # A preemption as tests/test_slurm.py makes one: SIGTERM to the job mid-run, then SLURM requeues it.
+    sweep_dir = tmp_path / "sweep"
+    tiny = [o for o in TINY if not o.startswith("logger=")]
+    few = ["trainer.eval_max_examples=8", "trainer.test_max_examples=8"]
+    proc = start_sweep({**slurm_env, **online.env()}, tmp_path, *tiny, *EXACT, *few, *WANDB, "logger.project=requeued",
+                       *LAUNCHER, f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
+    run_dir = wait_for("a logged training loss", lambda: job_dir(sweep_dir), proc)
+    job_id = json.loads((run_dir / "status.json").read_text())["slurm"]["job_id"]
+    requeue = lambda: subprocess.run(["scontrol", "requeue", job_id], env={**os.environ, **slurm_env}, check=True)  # noqa: E731
+    hold_until_signalled(wait_for("the job's process", lambda: job_pid(sweep_dir), proc), signal.SIGTERM, proc, requeue)
+    out, err = finish(proc, tmp_path)
+    assert proc.returncode == 0 and f"slurm {job_id} requeued 1x" in out, err[-3000:]
+    (run,) = online.runs("requeued")
+    status = json.loads((run_dir / "status.json").read_text())
+    assert run["run_id"] == status["wandb_id"] and status["slurm"]["restarts"] == 1
+    assert run["state"] == "finished" and run["summary"]["run/state"] == "finished"
+    # SLURM's SIGTERM stopped wandb's service process too (wandb/wandb#9963): the first attempt said so and went on
+    # to its checkpoint without wandb, and the server lacks the rows the service had not sent; the requeued attempt
+    # sent every one of its own. No step twice (server.history checks), and every value the server has is local's.
+    log = "".join(p.read_text() for p in sorted(sweep_dir.glob(".submitit/*/*_log.*")))
+    stopped = int(log.split("normlab: stopped by SIGTERM after step ")[1].split(";")[0])
+    assert "normlab: wandb's service process is gone (ConnectionResetError" in log
+    history, local = online.history(run["run_id"]), logged(run_dir)
+    assert set(range(stopped + 1, 13)) <= set(history["train/loss"]) and max(history["train/loss"]) == 12
+    for key, by_step in history.items():
+        assert key == "trainer/step" or by_step == pytest.approx({s: local[key][s] for s in by_step}, rel=1e-12, abs=0)
 
 
 def sent_group(run_dir: Path) -> str:

@@ -13,10 +13,12 @@ One run dir is one wandb run, across resumes: the first attempt keeps its wandb 
 docs/scale.md, "wandb across resumes").
 """
 
+import contextlib
 import json
 import math
 import netrc
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -83,7 +85,7 @@ class MetricsLogger:
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
         if self._wandb is not None:
-            self._wandb.log({"trainer/step": step, **metrics}, step=step)
+            self._to_wandb(lambda run: run.log({"trainer/step": step, **metrics}, step=step))
 
     def log_depth_profile(self, step: int, stats: dict[str, float], recorded_at: int) -> None:
         """A wandb line plot of activation RMS vs depth (x = block index, encoder then decoder;
@@ -103,7 +105,7 @@ class MetricsLogger:
         ys = [[dict(profile[site]).get(x, float("nan")) for x in xs] for site in sites]
         title = f"RMS vs depth, step {recorded_at}"
         chart = wandb.plot.line_series(xs=xs, ys=ys, keys=sites, title=title, xname="block (enc then dec)")
-        self._wandb.log({DEPTH_CHART: chart}, step=step)
+        self._to_wandb(lambda run: run.log({DEPTH_CHART: chart}, step=step))
 
     def close(self, state: str = "finished") -> None:
         """Close ``metrics.jsonl`` and end the wandb run as ``state`` ended (``status.json``'s: finished, diverged,
@@ -113,11 +115,34 @@ class MetricsLogger:
         if self._file is not None:
             self._file.close()
         if self._wandb is not None:
-            self._wandb.summary["run/state"] = state
-            if state == "interrupted":
-                self._wandb.mark_preempting()
-            self._wandb.finish(exit_code=0 if state == "finished" else 1)
+
+            def end(run: Any) -> None:
+                run.summary["run/state"] = state
+                if state == "interrupted":
+                    run.mark_preempting()
+                run.finish(exit_code=0 if state == "finished" else 1)
+
+            self._to_wandb(end)
             self._wandb = None
+
+    def _to_wandb(self, call: Callable[[Any], object]) -> None:
+        """``call(wandb run)``; when wandb's service process is gone, one line says so and this attempt goes on without
+        wandb (metrics.jsonl has every row). SLURM stops a preempted or cancelled job by SIGTERM to every process of
+        it, wandb's service too, which exits at once (wandb/wandb#9963): the server then lacks the rows the service
+        had not sent yet; the requeued job resumes the same wandb run."""
+        import wandb
+
+        try:
+            call(self._wandb)
+        except OSError as e:  # the service's socket: ConnectionResetError, BrokenPipeError
+            print(
+                f"normlab: wandb's service process is gone ({type(e).__name__}: {e}); this attempt logs to "
+                "metrics.jsonl only, and the server lacks the rows wandb had not sent (a later attempt in this run dir "
+                "resumes the wandb run)"
+            )
+            self._wandb = None
+            with contextlib.suppress(OSError):
+                wandb.teardown()  # it fails too, but lets go of the dead service: no traceback at exit
 
 
 def logged_rows(path: Path) -> list[tuple[int, str]]:

@@ -21,7 +21,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
@@ -70,33 +73,68 @@ def parallel_jobs() -> int:
     return os.cpu_count() or 1 if n_jobs < 0 else n_jobs
 
 
-def summarize(sweep_dir: Path) -> tuple[str, int]:
-    """A table of the jobs under ``sweep_dir`` (one per ``status.json``): state, step, for a SLURM job its job id and
-    how many times SLURM requeued it (timeouts and preemptions), test metrics, and for failed jobs the first line of
-    the error (a SLURM job that was not requeued: why) and the log to read. Returns (table, number of failed jobs)."""
-    rows, failed = [], 0
-    for path in sorted(sweep_dir.rglob("status.json")):
-        run_dir, status = path.parent, read_status(path.parent)
-        state = status.get("state", "unknown")
-        test = " ".join(f"{k.removeprefix('test/')} {v:.2%}" for k, v in sorted(status.get("test", {}).items()))
-        if state in ("failed", "running", "unknown"):  # "running" here: the job died without a word
-            failed += 1
-            log = run_dir / "error.log" if (run_dir / "error.log").exists() else run_dir / "train.log"
-            error = (status.get("error") or "").splitlines()
-            test = f"{error[0] if error else ''} (log: {log})"
-        job = status.get("slurm")
-        slurm = f"slurm {job['job_id']} requeued {job['restarts']}x" if job else ""
-        rows.append((str(run_dir.relative_to(sweep_dir)), state, str(status.get("step", "-")), slurm, test))
-    if not rows:
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def planned_jobs(config: DictConfig) -> int | None:
+    """How many jobs the multirun ``config`` (the sweep's ``multirun.yaml``) asks for: the product of its sweeps'
+    lengths, as Hydra's basic sweeper expands ``hydra.sweeper.params`` and then the command line's overrides (a key in
+    both: the command line's). None for another sweeper, or overrides it cannot expand without the config loader
+    (``glob(...)``)."""
+    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+        return None
+    params = [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items()]
+    try:
+        overrides = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
+        (jobs,) = BasicSweeper.split_arguments(overrides, max_batch_size=None)
+    except HydraException:
+        return None
+    return len(jobs)
+
+
+def _job_row(sweep_dir: Path, run_dir: Path) -> tuple[tuple[str, ...], str]:
+    """One job's row of :func:`summarize` and the state it counts under (a failed job: ``failed``)."""
+    status = read_status(run_dir)
+    state = status.get("state", "unknown") if status else "not started"  # Hydra made its dir; train.py never began
+    test = " ".join(f"{k.removeprefix('test/')} {v:.2%}" for k, v in sorted(status.get("test", {}).items()))
+    if state in ("failed", "running", "unknown"):  # "running" here: the job died without a word
+        log = run_dir / "error.log" if (run_dir / "error.log").exists() else run_dir / "train.log"
+        error = (status.get("error") or "").splitlines()
+        test = f"{error[0] if error else ''} (log: {log})"
+    job = status.get("slurm")
+    slurm = f"slurm {job['job_id']} requeued {job['restarts']}x" if job else ""
+    counted = "failed" if state in ("running", "unknown") else state
+    return (str(run_dir.relative_to(sweep_dir)), state, str(status.get("step", "-")), slurm, test), counted
+
+
+SUMMARY_STATES = ("finished", "diverged", "interrupted", "failed", "not started")  # the header's order
+
+
+def summarize(sweep_dir: Path, planned: int | None = None) -> tuple[str, int]:
+    """A table of the jobs under ``sweep_dir`` (one per ``status.json``, and one per job dir Hydra made whose job never
+    started: no ``status.json``): state, step, for a SLURM job its job id and how many times SLURM requeued it
+    (timeouts and preemptions), test metrics, and for failed jobs the first line of the error (a SLURM job that was
+    not requeued: why) and the log to read. Its first line counts the jobs by state (``4 jobs: 1 interrupted, 3 not
+    started``); ``planned``, the sweep's number of jobs (:func:`planned_jobs`), counts those without a dir as not
+    started. Returns (table, number of failed jobs)."""
+    job_dirs = {p.parent for p in sweep_dir.rglob("status.json")} | {p.parent for p in sweep_dir.rglob(".hydra")}
+    rows, counts = [], dict.fromkeys(SUMMARY_STATES, 0)
+    for run_dir in sorted(job_dirs):
+        row, counted = _job_row(sweep_dir, run_dir)
+        rows.append(row)
+        counts[counted] += 1
+    counts["not started"] += max(0, (planned or 0) - len(rows))
+    if not rows and not counts["not started"]:
         return f"no jobs found under {sweep_dir}", 0
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    widths = [max((len(r[i]) for r in rows), default=0) for i in range(4)]
     lines = [
         f"{job:<{widths[0]}}  {state:<{widths[1]}}  {step:>{widths[2]}}  "
         + (f"{slurm:<{widths[3]}}  " if widths[3] else "")
         + test
         for job, state, step, slurm, test in rows
     ]
-    return "\n".join([f"sweep {sweep_dir}: {len(rows)} jobs, {failed} failed", *lines]), failed
+    total, by_state = sum(counts.values()), ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+    return "\n".join([f"sweep {sweep_dir}: {total} job{'s' * (total != 1)}: {by_state}", *lines]), counts["failed"]
 
 
 class SweepSummary(Callback):
@@ -123,7 +161,7 @@ class SweepSummary(Callback):
         threading.Thread(target=wait_for_signals, name="sweep-stop", daemon=True).start()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        table, failed = summarize(Path(config.hydra.sweep.dir))
+        table, failed = summarize(Path(config.hydra.sweep.dir), planned_jobs(config))
         print(table)
         if signum := read_stop(Path(config.hydra.sweep.dir) / STOP_FILE):
             again = continue_command(config.hydra, config.hydra.sweep.dir)

@@ -62,6 +62,12 @@ def wait_for(what: str, ready: Callable[[], object], proc: subprocess.Popen | No
     return value
 
 
+def job_dir(sweep_dir: Path) -> Path | None:
+    """The run dir of a one-job sweep once it has logged a training loss; None before."""
+    runs = [p.parent for p in sweep_dir.glob("*/metrics.jsonl") if '"train/loss"' in p.read_text()]
+    return runs[0] if runs else None
+
+
 def job_pid(sweep_dir: Path) -> int | None:
     """The pid of the training process of the sweep's running SLURM job (``python -u -m submitit.core._submit
     <sweep dir>/.submitit/<job id>``, under srun); None while there is none."""
