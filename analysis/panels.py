@@ -45,6 +45,25 @@ class Line:
         present = [False, *(v is not None and math.isfinite(v) for v in self.y), False]  # padded: no neighbour off the ends
         return [i - 1 for i in range(1, len(present) - 1) if present[i] and not present[i - 1] and not present[i + 1]]
 
+    def band_outline(self) -> tuple[list[float | None], list[float | None]]:
+        """(x, y) of the band between ``lo`` and ``hi``: a closed outline per stretch of consecutive points where both
+        are known, along ``hi`` forward, then back along ``lo``, the outlines separated by None (plotly's
+        ``fill="toself"`` fills each on its own). No edge spans a gap: two traces filled ``tonexty`` draw a
+        straight edge across one. ([], []) without a band."""
+        lo, hi = self.lo or [], self.hi or []
+        x: list[float | None] = []
+        y: list[float | None] = []
+        stretch: list[int] = []
+        for i, known in enumerate([*(a is not None and b is not None for a, b in zip(lo, hi, strict=True)), False]):
+            if known:
+                stretch.append(i)
+                continue
+            if stretch:  # the sentinel False closes the last stretch
+                x += [*([None] if x else []), *(self.x[j] for j in stretch), *(self.x[j] for j in reversed(stretch))]
+                y += [*([None] if y else []), *(hi[j] for j in stretch), *(lo[j] for j in reversed(stretch))]
+            stretch = []
+        return x, y
+
 
 @dataclass
 class Panel:

@@ -41,7 +41,8 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
     """The plotly version of ``panel``. Every trace carries ``meta = {"role", "variant"}`` (``run``,
-    ``mean``, ``band``, ``diverged`` or ``profile``), so the page's figure JSON says which curve is which."""
+    ``mean``, ``band``, ``diverged`` or ``profile``), so the page's figure JSON says which curve is which; a
+    ``mean`` line's band is one trace before it, its outlines (:meth:`Line.band_outline`) filled ``toself``."""
     fig = go.Figure()
     for line in panel.lines:
         _add_traces(fig, line, line_color(line, colors))
@@ -79,19 +80,22 @@ def _add_traces(fig: go.Figure, line: Line, color: str) -> None:
             meta={**meta, "run": line.name},
             **common,
         )
-    elif line.role == "mean":
-        band = {
-            **common,
-            "mode": "lines",
-            "marker": None,
-            "hovertext": None,
-            "line": {"width": 0},
-            "showlegend": False,
-            "hoverinfo": "skip",
-            "meta": {**meta, "role": "band"},
-        }
-        fig.add_scatter(y=line.hi, name=f"{line.variant} max", **band)
-        fig.add_scatter(y=line.lo, name=f"{line.variant} min", fill="tonexty", fillcolor=_rgba(color, 0.15), **band)
+    elif line.role == "mean":  # the band: one trace of closed outlines, never spanning a gap (Line.band_outline)
+        x, y = line.band_outline()
+        fig.add_scatter(
+            x=x,
+            y=y,
+            name=f"{line.variant} band",
+            mode="lines",
+            fill="toself",
+            fillcolor=_rgba(color, 0.15),
+            connectgaps=False,
+            line={"width": 0},
+            legendgroup=group,
+            showlegend=False,
+            hoverinfo="skip",
+            meta={**meta, "role": "band"},
+        )
         fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 2.5}, meta=meta, **common)
     elif line.role == "diverged":
         fig.add_scatter(

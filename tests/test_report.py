@@ -25,6 +25,7 @@ from tests.helpers.runs import (
     VARIANT_A,
     VARIANT_B,
     VARIANT_LR,
+    band_stretches,
     config,
     draw_in_chromium,
     figures,
@@ -34,6 +35,7 @@ from tests.helpers.runs import (
     metric_rows,
     rms,
     table,
+    traces_of,
     write_run,
 )
 
@@ -104,9 +106,11 @@ def test_variant_mean_and_band_are_over_seeds(built: tuple[Path, str]) -> None:
     want = [np.mean([loss(1.0, 0, s), loss(1.2, 1, s)]) for s in STEPS]
     assert mean["x"] == STEPS
     np.testing.assert_allclose(mean["y"], want, rtol=1e-12)
-    band = [t for t in traces if t["meta"]["role"] == "band" and t["meta"]["variant"] == VARIANT_A]
-    np.testing.assert_allclose(band[0]["y"], [loss(1.2, 1, s) for s in STEPS])  # max
-    np.testing.assert_allclose(band[1]["y"], [loss(1.0, 0, s) for s in STEPS])  # min
+    (band,) = [t for t in traces if t["meta"]["role"] == "band" and t["meta"]["variant"] == VARIANT_A]
+    ((x, hi, lo),) = band_stretches(band)
+    assert x == STEPS
+    np.testing.assert_allclose(hi, [loss(1.2, 1, s) for s in STEPS])  # max
+    np.testing.assert_allclose(lo, [loss(1.0, 0, s) for s in STEPS])  # min
     # the diverged run's own variant: null losses from step 40 leave gaps in the mean, not NaN text
     lr_mean = next(t for t in traces if t["meta"]["role"] == "mean" and t["meta"]["variant"] == VARIANT_LR)
     assert lr_mean["y"][:3] == pytest.approx([loss(1.0, 0, s) for s in STEPS[:3]]) and lr_mean["y"][3:] == [None] * 7
@@ -202,18 +206,15 @@ def hard(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
     return path, path.read_text(encoding="utf-8"), root
 
 
-def traces_of(page: str, plot: str, variant: str, role: str) -> list[dict]:
-    return [t for t in figures(page)[plot] if t["meta"]["variant"] == variant and t["meta"]["role"] == role]
-
-
 def test_mean_is_drawn_only_where_every_seed_has_a_value(hard: tuple[Path, str]) -> None:
     (mean,) = traces_of(hard[1], "plot-loss", VARIANT_D, "mean")
     assert mean["name"] == f"{VARIANT_D} (mean of 3)" and mean["x"] == STEPS
     assert mean["y"][:3] == pytest.approx([np.mean([loss(1.0, seed, s) for seed in range(3)]) for s in (10, 20, 30)])
     assert mean["y"][3:] == [None] * 7  # not the survivors' mean after seed 1 diverged
     assert mean["hovertext"] == ["n = 3 of 3"] * 3 + ["n = 2 of 3"] * 3 + ["n = 1 of 3"] * 4
-    for band in traces_of(hard[1], "plot-loss", VARIANT_D, "band"):
-        assert band["y"][3:] == [None] * 7
+    (band,) = traces_of(hard[1], "plot-loss", VARIANT_D, "band")
+    ((x, _, _),) = band_stretches(band)
+    assert x == [10, 20, 30]  # the band ends with the mean
     # validation at 50 (seeds 0, 2) and 100 (seed 0): never all three, so no mean at all
     assert traces_of(hard[1], "plot-val_loss", VARIANT_D, "mean")[0]["y"] == [None, None]
 
