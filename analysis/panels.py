@@ -66,11 +66,25 @@ class Line:
 
 
 @dataclass
+class Heatmap:
+    """A step x block chart of one variant's ``stat`` at ``site`` (``rms`` at ``out``), in the form
+    ``reporting/scales.py`` draws one run's: ``profiles`` step -> site -> [(depth, value)]; ``n_enc`` the encoder's
+    blocks (decoder block i at depth ``n_enc + i``)."""
+
+    variant: str
+    profiles: dict[int, dict[str, list[tuple[int, float]]]]
+    site: str
+    stat: str
+    n_enc: int
+
+
+@dataclass
 class Panel:
     """A chart: ``key`` is its file stem (``loss`` -> loss.png); ``note`` explains an empty chart, or what a chart
     with lines leaves out (drawn at its centre without lines, at its bottom with them);
     ``integer_x``: x is a block index (integer ticks); ``log_x``, ``log_y``: log-scale axes; ``diverged_label``:
-    what its ``diverged`` markers mean, for the PNG's legend (empty: a diverged run's last finite value)."""
+    what its ``diverged`` markers mean, for the PNG's legend (empty: a diverged run's last finite value);
+    ``heatmap``: a step x block heatmap drawn instead of lines."""
 
     key: str
     title: str
@@ -82,6 +96,7 @@ class Panel:
     integer_x: bool = False
     log_x: bool = False
     diverged_label: str = ""
+    heatmap: Heatmap | None = None
 
 
 def pick_steps(steps: Iterable[int], n: int) -> list[int]:

@@ -37,6 +37,9 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   the seed statistics: PER/WER as fractions, losses in nats), its last columns ``params`` and ``hc_params``.
 - ``curves.csv``, always: the loss and validation charts' data, one row per run and step: ``variant, run, step,
   train/loss, val/loss, val/<metric>...`` (``reporting.tables.write_curves``).
+- ``scale_heatmap_<j>.png`` and ``scales.csv``, when a run recorded block telemetry: the j-th variant's residual RMS
+  per block over training as ``scripts/plot_scales.py`` draws one run's, each cell the mean over its seeds at the steps
+  every one recorded, and the numbers: ``variant, step, depth, block, mean, stderr, n`` (``analysis/scales.py``).
 - ``depth_profile.csv`` and ``depth_growth.csv``, when a run recorded block telemetry (``analysis/depth.py``): every run's
   residual RMS, gradient norm and kurtosis per (step, block), and per variant each stack's growth (the residual
   stream's RMS at its last block / its first, read before a block's closing norm where it has one) at the first and

@@ -41,6 +41,7 @@ from tests.helpers.runs import (
 
 PANEL_TITLES = ["Training loss", "Validation loss", "Validation PER", "Residual RMS vs depth", "Gradient norm vs depth"]
 PNGS = ["loss.png", "val_loss.png", "val_per.png", "rms_vs_depth.png", "grad_vs_depth.png"]
+SCALES = ["scale_heatmap_1", "scale_heatmap_2", "scale_heatmap_3"]  # every variant of the sweep recorded telemetry
 
 
 # run label -> (config, offset of its loss curve, test PER written)
@@ -81,7 +82,8 @@ ALL_LABELS = {*RUNS, "lr=1.0,seed=0", "norm=post_rms,seed=2", "norm=post_rms,see
 
 def test_one_trace_per_run_in_each_curve_panel(built: tuple[Path, str]) -> None:
     figs = figures(built[1])
-    assert list(figs) == ["plot-loss", "plot-val_loss", "plot-val_per", "plot-rms_vs_depth", "plot-grad_vs_depth"]
+    charts = ["plot-loss", "plot-val_loss", "plot-val_per", "plot-rms_vs_depth", "plot-grad_vs_depth"]
+    assert list(figs) == charts + [f"plot-{k}" for k in SCALES]
     for key in ("plot-loss", "plot-val_loss", "plot-val_per"):
         names = [t["name"] for t in figs[key] if t["meta"]["role"] == "run"]
         assert sorted(names) == sorted(ALL_LABELS), key  # each run exactly once
@@ -92,11 +94,12 @@ def test_one_trace_per_run_in_each_curve_panel(built: tuple[Path, str]) -> None:
 def test_panel_titles_and_offline_page(built: tuple[Path, str]) -> None:
     path, page = built
     titles = [lay["title"]["text"] for lay in layouts(page).values()]
-    assert [t.split(" (")[0] for t in titles] == PANEL_TITLES
-    assert 'data-plots-expected="5"' in page
+    scales = [f"Residual RMS per block over training: {v}" for v in (VARIANT_LR, VARIANT_B, VARIANT_A)]
+    assert [t.split(" (")[0] for t in titles] == PANEL_TITLES + scales
+    assert 'data-plots-expected="8"' in page
     assert not re.search(r"<script[^>]+src=", page)  # no CDN: plotly.js is inline
     assert "plotly.js v" in page or "plotly.js" in page[:200_000]
-    for name in PNGS:
+    for name in PNGS + [f"{k}.png" for k in SCALES]:
         assert (path.parent / name).stat().st_size > 5000, name
 
 
@@ -371,12 +374,12 @@ def test_runs_of_several_tasks_are_a_clear_error(tmp_path: Path, capsys: pytest.
 
 @pytest.mark.browser
 def test_page_draws_in_headless_chromium(built: tuple[Path, str], tmp_path: Path) -> None:
-    draw_in_chromium(built[0], tmp_path / "profile")
+    draw_in_chromium(built[0], tmp_path / "profile", charts=5 + len(SCALES))
 
 
 @pytest.mark.browser
 def test_lone_points_and_divergence_marks_are_drawn_in_chromium(hard: tuple[Path, str, Path], tmp_path: Path) -> None:
-    dom = draw_in_chromium(hard[0], tmp_path / "profile")
+    dom = draw_in_chromium(hard[0], tmp_path / "profile", charts=6)  # the 5, and D's scale heatmap (S: no telemetry)
     starts = [(m.group(1), m.start()) for m in re.finditer(r'<div id="plot-(\w+)"', dom)]
     charts = {key: dom[a:b] for (key, a), (_, b) in zip(starts, [*starts[1:], ("", len(dom))], strict=True)}
     # SVG markers plotly drew: loss, the 2 divergence x's; each validation chart, S's 2 runs + mean, seed 2's lone point + x
