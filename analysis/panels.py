@@ -45,13 +45,46 @@ class Line:
         present = [False, *(v is not None and math.isfinite(v) for v in self.y), False]  # padded: no neighbour off the ends
         return [i - 1 for i in range(1, len(present) - 1) if present[i] and not present[i - 1] and not present[i + 1]]
 
+    def band_outline(self) -> tuple[list[float | None], list[float | None]]:
+        """(x, y) of the band between ``lo`` and ``hi``: a closed outline per stretch of consecutive points where both
+        are known, along ``hi`` forward, then back along ``lo``, the outlines separated by None (plotly's
+        ``fill="toself"`` fills each on its own). No edge spans a gap: two traces filled ``tonexty`` draw a
+        straight edge across one. ([], []) without a band."""
+        lo, hi = self.lo or [], self.hi or []
+        x: list[float | None] = []
+        y: list[float | None] = []
+        stretch: list[int] = []
+        for i, known in enumerate([*(a is not None and b is not None for a, b in zip(lo, hi, strict=True)), False]):
+            if known:
+                stretch.append(i)
+                continue
+            if stretch:  # the sentinel False closes the last stretch
+                x += [*([None] if x else []), *(self.x[j] for j in stretch), *(self.x[j] for j in reversed(stretch))]
+                y += [*([None] if y else []), *(hi[j] for j in stretch), *(lo[j] for j in reversed(stretch))]
+            stretch = []
+        return x, y
+
+
+@dataclass
+class Heatmap:
+    """A step x block chart of one variant's ``stat`` at ``site`` (``rms`` at ``out``), in the form
+    ``reporting/scales.py`` draws one run's: ``profiles`` step -> site -> [(depth, value)]; ``n_enc`` the encoder's
+    blocks (decoder block i at depth ``n_enc + i``)."""
+
+    variant: str
+    profiles: dict[int, dict[str, list[tuple[int, float]]]]
+    site: str
+    stat: str
+    n_enc: int
+
 
 @dataclass
 class Panel:
     """A chart: ``key`` is its file stem (``loss`` -> loss.png); ``note`` explains an empty chart, or what a chart
     with lines leaves out (drawn at its centre without lines, at its bottom with them);
     ``integer_x``: x is a block index (integer ticks); ``log_x``, ``log_y``: log-scale axes; ``diverged_label``:
-    what its ``diverged`` markers mean, for the PNG's legend (empty: a diverged run's last finite value)."""
+    what its ``diverged`` markers mean, for the PNG's legend (empty: a diverged run's last finite value);
+    ``heatmap``: a step x block heatmap drawn instead of lines."""
 
     key: str
     title: str
@@ -63,6 +96,7 @@ class Panel:
     integer_x: bool = False
     log_x: bool = False
     diverged_label: str = ""
+    heatmap: Heatmap | None = None
 
 
 def pick_steps(steps: Iterable[int], n: int) -> list[int]:

@@ -2,7 +2,8 @@
 per-run records at one step, the mean ± standard error, and the t interval of a mean.
 
 Diverged runs are never averaged as if they had finished: :func:`curves_band` gives a mean only at
-steps where every run has a finite value. :func:`mean_stderr` and :func:`t_interval` take finite numbers only:
+steps where every run has a finite value, leaving out a step that one run logged off the others' grid (a resumed
+run's interrupted step, :func:`skipped_steps`). :func:`mean_stderr` and :func:`t_interval` take finite numbers only:
 a NaN or an infinity is a ``ValueError`` naming it and its position, never a mean. :func:`zero_spread` says when
 values agree to float rounding, where a t interval has width 0 and says nothing (see ``analysis.paired``).
 """
@@ -26,10 +27,11 @@ ZERO_SPREAD_RTOL = 1e-9  # values agreeing to 9 significant digits differ by flo
 
 
 def curves_band(curves: Sequence[Curve], spread: str = "minmax") -> tuple[list[int], Values, Values, Values, list[int]]:
-    """(steps, mean, lo, hi, n) of ``curves`` (one per run) at every step any of them has. ``n`` counts the
-    curves with a finite value at that step; mean, lo and hi are None wherever ``n < len(curves)``, so a
-    diverged or stopped seed ends the mean instead of leaving it to the survivors. ``spread`` ``minmax``:
-    lo, hi = min, max; ``stderr``: mean ∓ the standard error of :func:`mean_stderr` (None for one curve).
+    """(steps, mean, lo, hi, n) of ``curves`` (one per run) at every step any of them has, but the steps one of them
+    skipped (:func:`skipped_steps`: a resumed run's row at the step it was stopped at). ``n`` counts the curves
+    with a finite value at that step; mean, lo and hi are None wherever ``n < len(curves)``, so a diverged or
+    stopped seed ends the mean instead of leaving it to the survivors. ``spread`` ``minmax``: lo, hi = min, max;
+    ``stderr``: mean ∓ the standard error of :func:`mean_stderr` (None for one curve).
 
     Raises:
         ValueError: ``spread`` not in ``SPREADS``.
@@ -42,9 +44,20 @@ def curves_band(curves: Sequence[Curve], spread: str = "minmax") -> tuple[list[i
             by_step.setdefault(step, [])
             if value is not None:
                 by_step[step].append(value)
-    steps = sorted(by_step)
+    steps = sorted(set(by_step) - skipped_steps(curves))
     stats = [_band(by_step[s], spread) if len(by_step[s]) == len(curves) else (None, None, None) for s in steps]
     return steps, [s[0] for s in stats], [s[1] for s in stats], [s[2] for s in stats], [len(by_step[s]) for s in steps]
+
+
+def skipped_steps(curves: Sequence[Curve]) -> set[int]:
+    """The steps some curve skipped: it has none there, but steps before and after. A run stopped by SIGTERM or
+    Ctrl-C logs a row at the step it stopped at (``train.py``), off its logging grid (162 between 160 and 170),
+    and continues on the grid once resumed; a run that never stopped has no row there. Averaging the curves
+    there would leave a gap in their mean, so :func:`curves_band` leaves such steps out (each run's own curve
+    keeps them). Steps after a curve's last one are not skipped: a run that stopped for good ends the mean."""
+    logged = [{step for step, _ in curve} for curve in curves]
+    spans = [(min(steps), max(steps), steps) for steps in logged if steps]
+    return {s for steps in logged for s in steps if any(lo < s < hi and s not in own for lo, hi, own in spans)}
 
 
 def _band(values: list[float], spread: str) -> tuple[float | None, float | None, float | None]:

@@ -1,6 +1,7 @@
 """The report's charts (``scripts/report.py``): each :class:`analysis.panels.Panel` as an interactive plotly figure for
 the page and as a matplotlib PNG, in one colour per variant."""
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ import plotly.io as pio
 from matplotlib.colors import to_hex
 from matplotlib.ticker import MaxNLocator
 
-from analysis.panels import Line, Panel
+from analysis.panels import Heatmap, Line, Panel
+from reporting.scales import block_name, heatmap_figure, heatmap_grid, log_grid
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MPL_DASH = {"solid": "-", "dash": "--", "dot": ":"}
@@ -41,10 +43,13 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 def plotly_figure(panel: Panel, colors: dict[str, str]) -> go.Figure:
     """The plotly version of ``panel``. Every trace carries ``meta = {"role", "variant"}`` (``run``,
-    ``mean``, ``band``, ``diverged`` or ``profile``), so the page's figure JSON says which curve is which."""
+    ``mean``, ``band``, ``diverged`` or ``profile``), so the page's figure JSON says which curve is which; a
+    ``mean`` line's band is one trace before it, its outlines (:meth:`Line.band_outline`) filled ``toself``."""
     fig = go.Figure()
     for line in panel.lines:
         _add_traces(fig, line, line_color(line, colors))
+    if panel.heatmap is not None:
+        _add_heatmap(fig, panel.heatmap)
     fig.update_layout(
         title=panel.title,
         template="plotly_white",
@@ -79,19 +84,22 @@ def _add_traces(fig: go.Figure, line: Line, color: str) -> None:
             meta={**meta, "run": line.name},
             **common,
         )
-    elif line.role == "mean":
-        band = {
-            **common,
-            "mode": "lines",
-            "marker": None,
-            "hovertext": None,
-            "line": {"width": 0},
-            "showlegend": False,
-            "hoverinfo": "skip",
-            "meta": {**meta, "role": "band"},
-        }
-        fig.add_scatter(y=line.hi, name=f"{line.variant} max", **band)
-        fig.add_scatter(y=line.lo, name=f"{line.variant} min", fill="tonexty", fillcolor=_rgba(color, 0.15), **band)
+    elif line.role == "mean":  # the band: one trace of closed outlines, never spanning a gap (Line.band_outline)
+        x, y = line.band_outline()
+        fig.add_scatter(
+            x=x,
+            y=y,
+            name=f"{line.variant} band",
+            mode="lines",
+            fill="toself",
+            fillcolor=_rgba(color, 0.15),
+            connectgaps=False,
+            line={"width": 0},
+            legendgroup=group,
+            showlegend=False,
+            hoverinfo="skip",
+            meta={**meta, "role": "band"},
+        )
         fig.add_scatter(y=line.y, name=line.name, line={"color": color, "width": 2.5}, meta=meta, **common)
     elif line.role == "diverged":
         fig.add_scatter(
@@ -118,6 +126,29 @@ def _add_traces(fig: go.Figure, line: Line, color: str) -> None:
         fig.add_scatter(y=line.y, name=line.name, line={"color": color, "dash": line.dash}, meta=meta, **common)
 
 
+def _add_heatmap(fig: go.Figure, heatmap: Heatmap) -> None:
+    """The heatmap's trace (``meta.role`` ``heatmap``), as ``reporting.scales.heatmap_figure`` draws it: blocks x
+    steps, colour log10 of the value (``z``), the value itself in ``customdata`` and on hover; no cell where none."""
+    steps, grid = heatmap_grid(heatmap.profiles, heatmap.site, heatmap.stat)
+    depths = list(range(grid.shape[0]))
+    fig.update_yaxes(tickvals=depths, ticktext=[block_name(d, heatmap.n_enc) for d in depths])
+    fig.add_heatmap(
+        x=steps,
+        y=depths,
+        z=_nulls(log_grid(grid)),
+        customdata=_nulls(grid),
+        colorscale="Viridis",
+        colorbar={"title": {"text": f"log10 {heatmap.stat}"}},
+        hovertemplate=f"step %{{x}}, %{{y}}: {heatmap.stat} %{{customdata:.4g}}<extra></extra>",
+        meta={"role": "heatmap", "variant": heatmap.variant},
+    )
+
+
+def _nulls(grid: np.ndarray) -> list[list[float | None]]:
+    """``grid`` as nested lists, NaN as None (JSON null: no cell)."""
+    return [[None if np.isnan(v) else float(v) for v in row] for row in grid]
+
+
 def _error_bars(line: Line) -> dict | None:
     """plotly's ``error_y`` of an ``interval`` line: from ``y`` down to ``lo`` and up to ``hi``; None without them."""
     if line.lo is None or line.hi is None:
@@ -141,7 +172,12 @@ def figure_html(fig: go.Figure, div_id: str, include_plotlyjs: bool) -> str:
 
 
 def panel_figure(panel: Panel, colors: dict[str, str]) -> plt.Figure:
-    """The matplotlib version of ``panel`` (markers as in :func:`plotly_figure`); the caller closes it."""
+    """The matplotlib version of ``panel`` (markers as in :func:`plotly_figure`; a heatmap as ``plot_scales``
+    draws one, ``reporting.scales.heatmap_figure``, under the panel's title); the caller closes it."""
+    if (heatmap := panel.heatmap) is not None:
+        fig = heatmap_figure(heatmap.profiles, heatmap.site, heatmap.stat, heatmap.n_enc)
+        fig.axes[0].set_title(textwrap.fill(panel.title, 90), fontsize=9)
+        return fig
     fig, ax = plt.subplots(figsize=(9, 5))
     for line in panel.lines:
         x, y, color = np.asarray(line.x, dtype=float), np.asarray(line.y, dtype=float), line_color(line, colors)

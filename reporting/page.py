@@ -20,6 +20,7 @@ from analysis.paired import (
 from analysis.panels import build_panels
 from analysis.presets import resolve_baseline
 from analysis.runs import Run
+from analysis.scales import scale_panels, write_scales
 from analysis.stability import stability_panels
 from analysis.variants import Variant, group_variants
 from reporting.figures import figure_html, plotly_figure, save_png, variant_colors
@@ -141,7 +142,8 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     family_baseline = study.family(label) if study else None  # --baseline FAMILY: compare LR sensitivities
     compared_to = find_baseline(variants, label, [f.label for f in study.families] if study else [])
     colors = variant_colors(variants) | variant_colors(study.families if study else [])
-    panels = build_panels(variants, task) + stability_panels(variants) + hc_gain_panels(variants) + lr_panels(study)
+    panels = build_panels(variants, task) + scale_panels(variants) + stability_panels(variants) + hc_gain_panels(variants)
+    panels += lr_panels(study)
     out.mkdir(parents=True, exist_ok=True)
     pngs = [save_png(p, colors, out) for p in panels]
     plots = [figure_html(plotly_figure(p, colors), f"plot-{p.key}", include_plotlyjs=(i == 0)) for i, p in enumerate(panels)]
@@ -162,6 +164,7 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     write_runs(out / "runs.csv", variants, run_columns(task))
     write_curves(out / "curves.csv", variants, task)
     write_hc_gains(variants, out)
+    write_scales(variants, out)
     after = {[p.key for p in panels].index("grad_vs_depth"): growth_html(write_depth_csvs(variants, out))}
     path = out / "index.html"
     path.write_text(page_html(title, header_html(dirs, runs, variants, pngs), plots, tables, after), encoding="utf-8")

@@ -12,6 +12,7 @@ import numpy as np
 from matplotlib.axis import Axis
 from matplotlib.ticker import MaxNLocator
 
+from analysis.depth import block_name
 from analysis.load import read_config
 from runlog.metric_names import depth_profile, n_enc_layers_seen, parse
 
@@ -53,32 +54,51 @@ def encoder_depth(run_dir: Path) -> int:
     return n_enc_layers_seen(seen)
 
 
-def block_name(depth: int, n_enc: int) -> str:
-    """The block at ``depth`` in the depth order: ``enc.{i}`` for the encoder's, ``dec.{i}`` after them."""
-    return f"enc.{depth}" if depth < n_enc else f"dec.{depth - n_enc}"
-
-
 def _name_blocks(axis: Axis, depths: list[int], n_enc: int) -> None:
     """Ticks at ``depths`` on ``axis``, labelled with the blocks' names."""
     axis.set_ticks(depths, [block_name(d, n_enc) for d in depths])
 
 
-def heatmap_figure(profiles: dict, site: str, stat: str, n_enc: int) -> plt.Figure:
-    """Block (rows, named ``enc.0`` ... ``dec.{n}``) x training step, colour = log10 of ``stat`` at ``site``, with a
-    labelled colour bar; the caller closes it."""
+def heatmap_grid(profiles: dict, site: str, stat: str) -> tuple[list[int], np.ndarray]:
+    """(steps, grid) of ``stat`` at ``site``: the steps that recorded the site, ascending, and a block x step array
+    of its values (NaN where a block has none).
+
+    Raises:
+        ValueError: no step recorded ``site``.
+    """
     steps = sorted(s for s in profiles if site in profiles[s])
     if not steps:
         raise ValueError(f"no act/*.{site}/{stat} metrics; sites present: {sorted({k for p in profiles.values() for k in p})}")
-    depth = max(d for s in steps for d, _ in profiles[s][site]) + 1
+    depth = max((d for s in steps for d, _ in profiles[s][site]), default=0) + 1
     grid = np.full((depth, len(steps)), np.nan)
     for j, s in enumerate(steps):
         for d, v in profiles[s][site]:
             grid[d, j] = v
-    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.35 * depth))
-    x0, x1 = (steps[0], steps[-1]) if len(steps) > 1 else (steps[0] - 0.5, steps[0] + 0.5)
-    im = ax.imshow(
-        np.log10(np.maximum(grid, 1e-12)), aspect="auto", origin="lower", cmap="viridis", extent=(x0, x1, -0.5, depth - 0.5)
-    )
+    return steps, grid
+
+
+def log_grid(grid: np.ndarray) -> np.ndarray:
+    """log10 of ``grid``'s values, the heatmaps' colour (values below 1e-12 as 1e-12; NaN stays NaN)."""
+    return np.log10(np.maximum(grid, 1e-12))
+
+
+def cell_edges(steps: list[int]) -> list[float]:
+    """The edges of the heatmap's columns, each centred on its step (halfway between neighbours; a lone step ± 0.5),
+    so a column stands at the step it shows however the steps are spaced."""
+    if len(steps) == 1:
+        return [steps[0] - 0.5, steps[0] + 0.5]
+    middles = [(a + b) / 2 for a, b in zip(steps, steps[1:], strict=False)]
+    return [steps[0] - (middles[0] - steps[0]), *middles, steps[-1] + (steps[-1] - middles[-1])]
+
+
+def heatmap_figure(profiles: dict, site: str, stat: str, n_enc: int) -> plt.Figure:
+    """Block (rows, named ``enc.0`` ... ``dec.{n}``) x training step (a column centred on each recorded step:
+    :func:`cell_edges`), colour = log10 of ``stat`` at ``site``, blank where not recorded, with a labelled colour bar;
+    the caller closes it."""
+    steps, grid = heatmap_grid(profiles, site, stat)
+    depth = grid.shape[0]
+    fig, ax = plt.subplots(figsize=(8, max(3.0, 0.9 + 0.35 * depth)))  # room for the y label of a shallow model
+    im = ax.pcolormesh(cell_edges(steps), np.arange(depth + 1) - 0.5, np.ma.masked_invalid(log_grid(grid)), cmap="viridis")
     _name_blocks(ax.yaxis, list(range(depth)), n_enc)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("training step")

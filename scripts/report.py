@@ -9,7 +9,9 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
 - ``index.html``: training loss, validation loss and the validation metric the runs' task leads with (its spec,
   ``task.json``: PER for G2P, BLEU for translation; ``runlog/tasks.py``; runs of several tasks are an error) vs step
   (a thin line per run; per variant the mean over seeds with a min-max band, drawn only where every
-  seed has a value; an ``x`` where a run diverged), residual RMS and gradient norm vs depth, and
+  seed has a value, leaving out a step only some seeds logged between steps all did (a resumed run's row at the
+  step it was stopped at: ``analysis.stats.skipped_steps``); an ``x`` where a run diverged), residual RMS and
+  gradient norm vs depth, and
   summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md), a column with
   nothing to read left out and named. With a baseline, ``--baseline VARIANT`` (a label as the variants table shows it,
   or the norm preset its runs used: ``pre_ln``; ``analysis/presets.py``) or by default the variant of the default
@@ -35,6 +37,9 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   the seed statistics: PER/WER as fractions, losses in nats), its last columns ``params`` and ``hc_params``.
 - ``curves.csv``, always: the loss and validation charts' data, one row per run and step: ``variant, run, step,
   train/loss, val/loss, val/<metric>...`` (``reporting.tables.write_curves``).
+- ``scale_heatmap_<j>.png`` and ``scales.csv``, when a run recorded block telemetry: the j-th variant's residual RMS
+  per block over training as ``scripts/plot_scales.py`` draws one run's, each cell the mean over its seeds at the steps
+  every one recorded, and the numbers: ``variant, step, depth, block, mean, stderr, n`` (``analysis/scales.py``).
 - ``depth_profile.csv`` and ``depth_growth.csv``, when a run recorded block telemetry (``analysis/depth.py``): every run's
   residual RMS, gradient norm and kurtosis per (step, block), and per variant each stack's growth (the residual
   stream's RMS at its last block / its first, read before a block's closing norm where it has one) at the first and

@@ -25,6 +25,7 @@ from tests.helpers.runs import (
     VARIANT_A,
     VARIANT_B,
     VARIANT_LR,
+    band_stretches,
     config,
     draw_in_chromium,
     figures,
@@ -34,11 +35,13 @@ from tests.helpers.runs import (
     metric_rows,
     rms,
     table,
+    traces_of,
     write_run,
 )
 
 PANEL_TITLES = ["Training loss", "Validation loss", "Validation PER", "Residual RMS vs depth", "Gradient norm vs depth"]
 PNGS = ["loss.png", "val_loss.png", "val_per.png", "rms_vs_depth.png", "grad_vs_depth.png"]
+SCALES = ["scale_heatmap_1", "scale_heatmap_2", "scale_heatmap_3"]  # every variant of the sweep recorded telemetry
 
 
 # run label -> (config, offset of its loss curve, test PER written)
@@ -79,7 +82,8 @@ ALL_LABELS = {*RUNS, "lr=1.0,seed=0", "norm=post_rms,seed=2", "norm=post_rms,see
 
 def test_one_trace_per_run_in_each_curve_panel(built: tuple[Path, str]) -> None:
     figs = figures(built[1])
-    assert list(figs) == ["plot-loss", "plot-val_loss", "plot-val_per", "plot-rms_vs_depth", "plot-grad_vs_depth"]
+    charts = ["plot-loss", "plot-val_loss", "plot-val_per", "plot-rms_vs_depth", "plot-grad_vs_depth"]
+    assert list(figs) == charts + [f"plot-{k}" for k in SCALES]
     for key in ("plot-loss", "plot-val_loss", "plot-val_per"):
         names = [t["name"] for t in figs[key] if t["meta"]["role"] == "run"]
         assert sorted(names) == sorted(ALL_LABELS), key  # each run exactly once
@@ -90,11 +94,12 @@ def test_one_trace_per_run_in_each_curve_panel(built: tuple[Path, str]) -> None:
 def test_panel_titles_and_offline_page(built: tuple[Path, str]) -> None:
     path, page = built
     titles = [lay["title"]["text"] for lay in layouts(page).values()]
-    assert [t.split(" (")[0] for t in titles] == PANEL_TITLES
-    assert 'data-plots-expected="5"' in page
+    scales = [f"Residual RMS per block over training: {v}" for v in (VARIANT_LR, VARIANT_B, VARIANT_A)]
+    assert [t.split(" (")[0] for t in titles] == PANEL_TITLES + scales
+    assert 'data-plots-expected="8"' in page
     assert not re.search(r"<script[^>]+src=", page)  # no CDN: plotly.js is inline
     assert "plotly.js v" in page or "plotly.js" in page[:200_000]
-    for name in PNGS:
+    for name in PNGS + [f"{k}.png" for k in SCALES]:
         assert (path.parent / name).stat().st_size > 5000, name
 
 
@@ -104,9 +109,11 @@ def test_variant_mean_and_band_are_over_seeds(built: tuple[Path, str]) -> None:
     want = [np.mean([loss(1.0, 0, s), loss(1.2, 1, s)]) for s in STEPS]
     assert mean["x"] == STEPS
     np.testing.assert_allclose(mean["y"], want, rtol=1e-12)
-    band = [t for t in traces if t["meta"]["role"] == "band" and t["meta"]["variant"] == VARIANT_A]
-    np.testing.assert_allclose(band[0]["y"], [loss(1.2, 1, s) for s in STEPS])  # max
-    np.testing.assert_allclose(band[1]["y"], [loss(1.0, 0, s) for s in STEPS])  # min
+    (band,) = [t for t in traces if t["meta"]["role"] == "band" and t["meta"]["variant"] == VARIANT_A]
+    ((x, hi, lo),) = band_stretches(band)
+    assert x == STEPS
+    np.testing.assert_allclose(hi, [loss(1.2, 1, s) for s in STEPS])  # max
+    np.testing.assert_allclose(lo, [loss(1.0, 0, s) for s in STEPS])  # min
     # the diverged run's own variant: null losses from step 40 leave gaps in the mean, not NaN text
     lr_mean = next(t for t in traces if t["meta"]["role"] == "mean" and t["meta"]["variant"] == VARIANT_LR)
     assert lr_mean["y"][:3] == pytest.approx([loss(1.0, 0, s) for s in STEPS[:3]]) and lr_mean["y"][3:] == [None] * 7
@@ -202,18 +209,15 @@ def hard(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
     return path, path.read_text(encoding="utf-8"), root
 
 
-def traces_of(page: str, plot: str, variant: str, role: str) -> list[dict]:
-    return [t for t in figures(page)[plot] if t["meta"]["variant"] == variant and t["meta"]["role"] == role]
-
-
 def test_mean_is_drawn_only_where_every_seed_has_a_value(hard: tuple[Path, str]) -> None:
     (mean,) = traces_of(hard[1], "plot-loss", VARIANT_D, "mean")
     assert mean["name"] == f"{VARIANT_D} (mean of 3)" and mean["x"] == STEPS
     assert mean["y"][:3] == pytest.approx([np.mean([loss(1.0, seed, s) for seed in range(3)]) for s in (10, 20, 30)])
     assert mean["y"][3:] == [None] * 7  # not the survivors' mean after seed 1 diverged
     assert mean["hovertext"] == ["n = 3 of 3"] * 3 + ["n = 2 of 3"] * 3 + ["n = 1 of 3"] * 4
-    for band in traces_of(hard[1], "plot-loss", VARIANT_D, "band"):
-        assert band["y"][3:] == [None] * 7
+    (band,) = traces_of(hard[1], "plot-loss", VARIANT_D, "band")
+    ((x, _, _),) = band_stretches(band)
+    assert x == [10, 20, 30]  # the band ends with the mean
     # validation at 50 (seeds 0, 2) and 100 (seed 0): never all three, so no mean at all
     assert traces_of(hard[1], "plot-val_loss", VARIANT_D, "mean")[0]["y"] == [None, None]
 
@@ -370,12 +374,12 @@ def test_runs_of_several_tasks_are_a_clear_error(tmp_path: Path, capsys: pytest.
 
 @pytest.mark.browser
 def test_page_draws_in_headless_chromium(built: tuple[Path, str], tmp_path: Path) -> None:
-    draw_in_chromium(built[0], tmp_path / "profile")
+    draw_in_chromium(built[0], tmp_path / "profile", charts=5 + len(SCALES))
 
 
 @pytest.mark.browser
 def test_lone_points_and_divergence_marks_are_drawn_in_chromium(hard: tuple[Path, str, Path], tmp_path: Path) -> None:
-    dom = draw_in_chromium(hard[0], tmp_path / "profile")
+    dom = draw_in_chromium(hard[0], tmp_path / "profile", charts=6)  # the 5, and D's scale heatmap (S: no telemetry)
     starts = [(m.group(1), m.start()) for m in re.finditer(r'<div id="plot-(\w+)"', dom)]
     charts = {key: dom[a:b] for (key, a), (_, b) in zip(starts, [*starts[1:], ("", len(dom))], strict=True)}
     # SVG markers plotly drew: loss, the 2 divergence x's; each validation chart, S's 2 runs + mean, seed 2's lone point + x

@@ -165,8 +165,8 @@ def test_report_draws_each_stability_chart_with_data_into_a_linked_png(sweep: Pa
     page = path.read_text()
     figs = figures(page)
     shown = [png[:-4] for png in PNGS] + LR_CHARTS
-    assert [k for k in figs][5:] == [f"plot-{k}" for k in shown]  # after the 5 charts of every report
-    assert f'data-plots-expected="{5 + len(shown)}"' in page
+    assert [k for k in figs][8:] == [f"plot-{k}" for k in shown]  # after the 5 charts of every report, 3 scale heatmaps
+    assert f'data-plots-expected="{8 + len(shown)}"' in page
     for png in PNGS:
         assert (tmp_path / png).stat().st_size > 5000 and f'href="{png}"' in page, png
     assert not (tmp_path / "attn_max_logit_3.png").exists()  # variant LR recorded none
@@ -181,7 +181,7 @@ def test_report_draws_each_stability_chart_with_data_into_a_linked_png(sweep: Pa
 
 @pytest.mark.browser
 def test_stability_charts_draw_in_chromium(sweep: Path, tmp_path: Path) -> None:
-    charts = 5 + len(PNGS) + len(LR_CHARTS)
+    charts = 8 + len(PNGS) + len(LR_CHARTS)  # and 3 scale heatmaps
     draw_in_chromium(report_page.build_report([sweep], tmp_path / "report"), tmp_path / "profile", charts=charts)
 
 
@@ -189,7 +189,7 @@ def test_runs_without_the_stability_metrics_leave_the_charts_out(tmp_path: Path)
     write_run(tmp_path / "old", config("pre", "layernorm", 0), metric_rows(1.0, 0, 0.1), finished(0.1))
     assert stability_panels(group_variants(load_runs([tmp_path]))) == []
     path = report_page.build_report([tmp_path], tmp_path / "report")
-    assert len(figures(path.read_text())) == 5
+    assert len(figures(path.read_text())) == 6  # the 5 of every report, the scale heatmap
     assert not [p.name for p in (tmp_path / "report").glob("*.png") if p.name in PNGS]
 
 

@@ -97,6 +97,30 @@ def figures(page: str) -> dict[str, list[dict]]:
     return found
 
 
+def traces_of(page: str, plot: str, variant: str, role: str) -> list[dict]:
+    """The traces of chart ``plot`` (its div id, ``plot-loss``) of ``variant`` with ``meta.role`` ``role``."""
+    return [t for t in figures(page)[plot] if t["meta"]["variant"] == variant and t["meta"]["role"] == role]
+
+
+def band_stretches(band: dict) -> list[tuple[list, list, list]]:
+    """(x, hi, lo) of each closed outline of a ``band`` trace (filled ``toself``, outlines separated by None), each
+    checked to run forward along hi with x rising, then back along lo over the same x reversed: no edge of it can
+    span a gap or cut across the chart."""
+    stretches, x, y = [], [], []
+    for xi, yi in [*zip(band["x"], band["y"], strict=True), (None, None)]:
+        if xi is not None:
+            x.append(xi)
+            y.append(yi)
+            continue
+        if x:
+            half = len(x) // 2
+            assert len(x) == 2 * half and x[half:] == x[:half][::-1], x
+            assert all(a < b for a, b in zip(x[:half], x[1:half], strict=False)), x
+            stretches.append((x[:half], y[:half], y[half:][::-1]))
+        x, y = [], []
+    return stretches
+
+
 def layouts(page: str) -> dict[str, dict]:
     found = {}
     decoder = json.JSONDecoder()
