@@ -89,6 +89,11 @@ def test_baseline_takes_the_label_the_preset_and_the_keys(presets_sweep: Path, t
     assert "PER (%) Δ vs pre_bn: mean [95% CI] (pairs)" in visible_text(shown)
 
 
+def test_an_unknown_baseline_lists_each_variant_by_its_name_then_its_keys(presets_sweep: Path, tmp_path: Path, capsys) -> None:
+    assert report.main([str(presets_sweep), "--out", str(tmp_path), "--baseline", "pre"]) == 1
+    assert f"'pre_bn' ('{PRE_BN_KEYS}')" in capsys.readouterr().err
+
+
 def test_csvs_keep_the_label_and_add_name_and_preset(out: Path) -> None:
     with (out / "summary.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
