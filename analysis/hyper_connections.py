@@ -53,7 +53,7 @@ def hc_gain_panels(variants: list[Variant]) -> list[Panel]:
                         )
                     )
         if lines:
-            title = f"Hyper-connections' composite residual gain vs step: {variant.label}"
+            title = f"Hyper-connections' composite residual gain vs step: {variant.shown}"
             panels.append(Panel(f"hc_gain_{j}", title, "training step", "amax gain (1: no amplification)", lines, log_y=True))
     return panels
 

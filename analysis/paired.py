@@ -26,7 +26,8 @@ CI_LEVEL = 0.95
 SUMMARY_COLUMNS = ("variant", "metric", "runs", "finished", "diverged", "n", "mean", "stderr", "std")
 BASELINE_COLUMNS = ("baseline", "diff_mean", "diff_ci95_lo", "diff_ci95_hi", "pairs", "significant", "degenerate")  # --baseline
 PARAMS_COLUMNS = ("params", "hc_params")  # after the older ones (committed summary.csv files keep their columns)
-PARAMS_BASELINE_COLUMNS = ("params_ratio",)  # --baseline, last
+PARAMS_BASELINE_COLUMNS = ("params_ratio",)  # --baseline
+NAME_COLUMNS = ("name", "preset")  # last: the variant as the page names it, the norm preset its runs used (analysis.names)
 DEGENERATE = "degenerate (zero spread)"
 
 
@@ -156,9 +157,10 @@ def find_baseline(variants: list[Variant], label: str | None, others: Sequence[s
 
 def summary_rows(variants: list[Variant], task: TaskSpec, baseline: Variant | None) -> list[dict[str, object]]:
     """One row per (variant, metric of :func:`quality_metrics`), keyed by ``SUMMARY_COLUMNS``, ``PARAMS_COLUMNS``
-    (+ ``BASELINE_COLUMNS`` and ``PARAMS_BASELINE_COLUMNS`` with a baseline): run counts, n (finished runs with the
-    value), mean, stderr and sample std over them, the variant's parameter counts (``analysis.params.shared_count``),
-    and the paired difference and parameter ratio to the baseline (left None in the baseline's own rows). Unformatted
+    (+ ``BASELINE_COLUMNS`` and ``PARAMS_BASELINE_COLUMNS`` with a baseline), ``NAME_COLUMNS``: run counts, n (finished
+    runs with the value), mean, stderr and sample std over them, the variant's parameter counts
+    (``analysis.params.shared_count``), the paired difference and parameter ratio to the baseline (left None in the
+    baseline's own rows), the variant's name and norm preset (``Variant.shown``, ``Variant.preset``). Unformatted
     values; None: no value."""
     rows = []
     for variant in variants:
@@ -180,7 +182,7 @@ def summary_rows(variants: list[Variant], task: TaskSpec, baseline: Variant | No
             if baseline is not None:
                 row |= _baseline_fields(versus(variant, baseline, get), baseline.label)
                 row["params_ratio"] = None if variant is baseline else params_ratio(variant.runs, baseline.runs)
-            rows.append(row)
+            rows.append(row | {"name": variant.shown, "preset": variant.preset})
     return rows
 
 

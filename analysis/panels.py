@@ -121,7 +121,7 @@ def profile_lines(variant: Variant, profile: str, n_steps: int) -> Iterator[Line
         depths = sorted(mean)
         dash = DASHES[len(DASHES) - len(chosen) + j]  # the last step solid, earlier ones dashed
         yield Line(
-            f"{variant.label} @ step {step}{runs_at(records, step)}",
+            f"{variant.shown} @ step {step}{runs_at(records, step)}",
             variant.label,
             "profile",
             depths,
@@ -141,7 +141,7 @@ def mean_line(variant: Variant, metric: str, scale: float) -> Line:
     runs = averaged_runs(variant.runs)
     steps, mean, lo, hi, n = mean_band(runs, metric)
     left_out = len(variant.runs) - len(runs)
-    name = f"{variant.label} (mean of {len(runs)}" + (f"; {left_out} logged nothing)" if left_out else ")")
+    name = f"{variant.shown} (mean of {len(runs)}" + (f"; {left_out} logged nothing)" if left_out else ")")
     return Line(
         name,
         variant.label,

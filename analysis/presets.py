@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from analysis.load import ReportError, flatten
 from analysis.runs import Run
-from analysis.variants import label_pairs
+from analysis.variants import label_pairs, readable_label
 from runlog.renames import ADDED
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -116,12 +116,49 @@ def _base_keys() -> dict[str, Any]:
 
 def used_preset(group: Group, name: str) -> bool:
     """Whether every run of ``group`` used norm preset ``name`` (its config holds the preset's norm keys)."""
-    keys, base = preset_keys(name), _base_keys()
+    return _holds(group, preset_keys(name))
+
+
+def _holds(group: Group, keys: dict[str, Any]) -> bool:
+    base = _base_keys()
     return bool(group.runs) and all(run.config.get(k, base.get(k)) == v for run in group.runs for k, v in keys.items())
 
 
+@cache
+def _declared_keys(name: str) -> dict[str, Any]:
+    """The norm keys of ``conf/norm_base.yaml`` overlaid with those preset ``name``'s file sets (lists replaced, as
+    Hydra merges them), but interpolated ones: what Hydra composes when the preset's defaults are norm_base, then
+    itself, as every preset's are; read in milliseconds where a compose takes a second, so :func:`preset_used` asks
+    Hydra (:func:`used_preset`) only about the presets this one allows."""
+    files = []
+    for path in (CONF / "norm_base.yaml", CONF / "norm" / f"{name}.yaml"):
+        cfg = OmegaConf.load(path)
+        assert isinstance(cfg, DictConfig)  # a config group's file: a mapping
+        cfg.pop("defaults", None)
+        files.append(cfg)
+    return _own_keys(OmegaConf.merge(*files))
+
+
+def preset_used(group: Group) -> str | None:
+    """The norm preset every run of ``group`` used (:func:`used_preset`): None when none did, or several did."""
+    found = [name for name in preset_names() if _holds(group, _declared_keys(name)) and used_preset(group, name)]
+    return found[0] if len(found) == 1 else None
+
+
 def _named(groups: Sequence[Group], label: str) -> Group | None:
-    return next((g for g in groups if stored_label(g.label) == stored_label(label)), None)
+    """The group ``label`` names: its label (``null`` or ``None`` alike), the label in flow style
+    (``analysis.variants.readable_label``), or its name on the page (a variant's ``name``: ``pre_ln optim.lr=0.002``)."""
+    for g in groups:
+        if stored_label(g.label) == stored_label(label) or label in (readable_label(g), getattr(g, "name", "")):
+            return g
+    return None
+
+
+def _listed(group: Group) -> str:
+    """A group as an error lists it: as the page names it (a variant's ``name``, ``analysis.names``), then its label
+    in flow style where that differs (``'pre_bn' ('norm.kind=batchnorm ...')``); a family by its label."""
+    name, keys = getattr(group, "name", "") or shown_label(group.label), readable_label(group)
+    return repr(name) if name in (keys, shown_label(group.label)) else f"{name!r} ({keys!r})"
 
 
 def resolve_baseline(given: str | None, variants: Sequence[Group], families: Sequence[Group] = ()) -> tuple[str | None, bool]:
@@ -154,11 +191,11 @@ def resolve_baseline(given: str | None, variants: Sequence[Group], families: Seq
                 return matched[0].label, False
         what, several = next(((w, u) for w, u in using.items() if u), (None, []))
         if several:
-            labels = ", ".join(repr(shown_label(g.label)) for g in several)
+            labels = ", ".join(_listed(g) for g in several)
             raise ReportError(
                 f"--baseline {given!r}: norm preset {name} was used by {len(several)} {what}, {labels}; pass one of these labels"
             )
-    labels = ", ".join(repr(shown_label(g.label)) for g in [*variants, *families])
+    labels = ", ".join(_listed(g) for g in [*variants, *families])
     used = [p for p in preset_names() if any(used_preset(g, p) for g in [*variants, *families])]
     raise ReportError(
         f"unknown --baseline {given!r}; valid: {labels}, a norm preset some variant used "

@@ -91,7 +91,7 @@ def logz_line(variant: Variant) -> Line | None:
         return None
     steps, mean, lo, hi, n = curves_band([r.series[metric] for r in runs], "stderr")
     return Line(
-        f"{variant.label} (mean ± stderr of {len(runs)})",
+        f"{variant.shown} (mean ± stderr of {len(runs)})",
         variant.label,
         "mean",
         steps,
@@ -144,7 +144,7 @@ def stability_panels(variants: list[Variant]) -> list[Panel]:
             panels.append(
                 Panel(
                     f"attn_max_logit_{j}",
-                    f"Attention max logit vs step: {variant.label} (mean of {n})",
+                    f"Attention max logit vs step: {variant.shown} (mean of {n})",
                     "training step",
                     "max logit q·k/√d_head",
                     lines,
@@ -155,7 +155,7 @@ def stability_panels(variants: list[Variant]) -> list[Panel]:
     for j, variant in enumerate(variants, 1):
         step, count, lines = sigma_max_lines(variant)
         if lines:
-            title = f"Spectral norm vs depth at step {step}{count}: {variant.label}"
+            title = f"Spectral norm vs depth at step {step}{count}: {variant.shown}"
             panels.append(
                 Panel(
                     f"sigma_max_vs_depth_{j}",
@@ -170,7 +170,7 @@ def stability_panels(variants: list[Variant]) -> list[Panel]:
     for j, variant in enumerate(variants, 1):
         for stat in BSTAT_STATS:
             if lines := site_lines(variant, stat):
-                title = f"Batch vs running statistics, {stat} vs step: {variant.label} (mean of {len(_recorded(variant, stat))})"
+                title = f"Batch vs running statistics, {stat} vs step: {variant.shown} (mean of {len(_recorded(variant, stat))})"
                 ylabel = f"{stat} = ||batch - running|| / d_model"
                 panels.append(Panel(f"bstat_{stat}_{j}", title, "training step", ylabel, lines, log_y=True))
     kurtosis = depth_panel(

@@ -13,6 +13,7 @@ from analysis.hyper_connections import hc_gain_panels, write_hc_gains
 from analysis.load import load_runs, runs_task
 from analysis.lr_panels import lr_panels
 from analysis.lrs import lr_study
+from analysis.names import name_variants
 from analysis.paired import (
     find_baseline,
     summary_rows,
@@ -25,6 +26,7 @@ from analysis.stability import stability_panels
 from analysis.variants import Variant, group_variants
 from reporting.figures import figure_html, plotly_figure, save_png, variant_colors
 from reporting.lrs import lrs_columns, lrs_note, write_csvs
+from reporting.paper import paper_table, write_tables
 from reporting.tables import growth_html, run_columns, table_html, variants_html, write_curves, write_runs, write_summary
 
 ERRORS_JS = """window.reportErrors = [];
@@ -122,10 +124,11 @@ def run_state(run: Run) -> str:
 
 
 def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Path:
-    """Read every run under ``dirs`` and write ``out/index.html``, the PNGs, ``summary.csv`` and the depth CSVs (see the module
-    docstring); the variants table compares each variant to ``baseline`` (a variant's or LR family's label, or a norm
-    preset's name: ``analysis.presets.resolve_baseline``); None: to the variant of the default preset (pre_ln) when
-    exactly one used it; ``"none"``: to none.
+    """Read every run under ``dirs`` and write ``out/index.html``, the PNGs, ``summary.csv``, ``table.md``, ``table.tex``
+    and the depth CSVs (see the module docstring); the variants table compares each variant to ``baseline`` (a
+    variant's or LR family's label, a variant's name as the page shows it, or a norm preset's name:
+    ``analysis.presets.resolve_baseline``); None: to the variant of the default preset (pre_ln) when exactly one used
+    it; ``"none"``: to none.
 
     Returns:
         the path of index.html.
@@ -136,6 +139,7 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
     """
     runs = load_runs(dirs, progress=lambda items: tqdm(items, desc="report: reading runs", unit="run", file=sys.stderr))
     variants = group_variants(runs)
+    name_variants(variants)  # pre_bn, pre_ln optim.lr=0.002: before the baseline, which may be named so
     task = runs_task(runs)
     study = lr_study(runs)  # None without an LR axis
     label, by_default = resolve_baseline(baseline, variants, study.families if study else [])
@@ -160,12 +164,15 @@ def build_report(dirs: list[Path], out: Path, baseline: str | None = None) -> Pa
         tables.insert(1, ("LR sensitivity", lrs_note(study) + lrs_table))  # after the variants: a summary of them
         write_csvs(study, out, family_baseline)
     title = f"normlab report: {dirs[0].resolve().name}" + (f" (+{len(dirs) - 1})" if len(dirs) > 1 else "")
-    write_summary(out / "summary.csv", summary_rows(variants, task, compared_to), compared_to is not None)
+    rows = summary_rows(variants, task, compared_to)
+    write_summary(out / "summary.csv", rows, compared_to is not None)
+    write_tables(out, paper_table(variants, rows, task, compared_to))
     write_runs(out / "runs.csv", variants, run_columns(task))
     write_curves(out / "curves.csv", variants, task)
     write_hc_gains(variants, out)
     write_scales(variants, out)
-    after = {[p.key for p in panels].index("grad_vs_depth"): growth_html(write_depth_csvs(variants, out))}
+    growth = growth_html(write_depth_csvs(variants, out), {v.label: v.shown for v in variants})
+    after = {[p.key for p in panels].index("grad_vs_depth"): growth}
     path = out / "index.html"
     path.write_text(page_html(title, header_html(dirs, runs, variants, pngs), plots, tables, after), encoding="utf-8")
     return path

@@ -11,8 +11,10 @@ from typing import Any
 from analysis.csvs import write_csv
 from analysis.depth import STEP_KINDS
 from analysis.lrs import Family
+from analysis.names import named_keys
 from analysis.paired import (
     BASELINE_COLUMNS,
+    NAME_COLUMNS,
     PARAMS_BASELINE_COLUMNS,
     PARAMS_COLUMNS,
     SUMMARY_COLUMNS,
@@ -27,7 +29,7 @@ from analysis.params import params_ratio, ratio_text, shared_count
 from analysis.presets import shown_label
 from analysis.runs import Run
 from analysis.stats import mean_stderr
-from analysis.variants import Variant
+from analysis.variants import Variant, readable_label
 from runlog.metric_names import STACKS
 from runlog.tasks import MetricSpec, TaskSpec
 from training.spikes import SERIES
@@ -131,7 +133,7 @@ def variant_columns(task: TaskSpec, baseline: Variant | None = None) -> list[Col
         return cols
 
     return [
-        ("variant", "variant", lambda v: (v.label, v.label)),
+        ("variant", "variant", lambda v: (v.label, v.shown, readable_label(v))),
         count_col("finished", lambda r: r.finished),
         count_col("diverged", lambda r: r.diverged),
         *params_columns(baseline),
@@ -159,7 +161,12 @@ def params_columns(baseline: Variant | Family | None = None) -> list[Column]:
         value = None if v is baseline else params_ratio(v.runs, baseline.runs)
         return value, "" if v is baseline else ratio_text(value)
 
-    return [count, ("params:ratio", f"parameters vs {shown_label(baseline.label)}: ratio (Δ %)", ratio)]
+    return [count, ("params:ratio", f"parameters vs {display_name(baseline)}: ratio (Δ %)", ratio)]
+
+
+def display_name(group: Variant | Family) -> str:
+    """A variant's name on the page (``Variant.shown``: ``pre_ln``), an LR family's label (``null``, not None)."""
+    return group.shown if isinstance(group, Variant) else shown_label(group.label)
 
 
 def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: Callable[[float], str]) -> Column:
@@ -172,7 +179,7 @@ def delta_column(key: str, header: str, get: Getter, baseline: Variant, signed: 
         diff = versus(v, baseline, get)
         return (None, "") if diff is None else (diff.mean, delta_text(diff, signed))
 
-    return f"{key}:delta", f"{header} Δ vs {shown_label(baseline.label)}: mean [95% CI] (pairs)", cell
+    return f"{key}:delta", f"{header} Δ vs {baseline.shown}: mean [95% CI] (pairs)", cell
 
 
 def variants_html(variants: list[Variant], task: TaskSpec, baseline: Variant | None, by_default: bool = False) -> str:
@@ -184,7 +191,20 @@ def variants_html(variants: list[Variant], task: TaskSpec, baseline: Variant | N
     notes.insert(0, baseline_note(baseline, task, by_default) if baseline is not None else NO_BASELINE_NOTE)
     if untrained := untrained_note([r for v in variants for r in v.runs], task):
         notes.insert(0, untrained)
-    return "\n".join([*notes, table_html(variant_columns(task, baseline), variants, "data-variant", lambda v: "", hide=True)])
+    table = table_html(variant_columns(task, baseline), variants, "data-variant", lambda v: "", hide=True)
+    return "\n".join([*notes, table, names_note(variants)])
+
+
+def names_note(variants: list[Variant]) -> str:
+    """The note under the variants table giving each short name's keys (``analysis.names.named_keys``: ``pre_bn``:
+    ``norm.kind=batchnorm norm.blocks=[{kind: layernorm, stack: dec}]``); "" when every variant shows its keys."""
+    if not (named := named_keys(variants)):
+        return ""
+    items = "; ".join(f"<b>{html.escape(name)}</b>: {_cell_text(keys)}" for name, keys in named)
+    return (
+        '<p class="note" data-names>Names: a variant whose runs all used one norm preset (conf/norm/) is named by it, '
+        f"then by the other keys that set it apart; hover a name for its keys. {items}.</p>"
+    )
 
 
 NO_BASELINE_NOTE = (
@@ -218,7 +238,7 @@ def baseline_note(baseline: Variant, task: TaskSpec, by_default: bool = False) -
         f"{header} {_fmt(None if (sd := noise_floor(baseline, metrics[key])) is None else sd * scale, digits)}"
         for key, (header, scale, digits) in metric_display(task).items()
     )
-    label, shown = html.escape(baseline.label), html.escape(shown_label(baseline.label))
+    label, shown = html.escape(baseline.label), html.escape(baseline.shown)
     chosen = f"baseline: <b>{shown}</b> (default; --baseline to change). " if by_default else ""
     return (
         f'<p class="note" data-baseline="{label}">{chosen}Δ vs <b>{shown}</b> (the baseline): each variant minus the baseline, '
@@ -232,10 +252,11 @@ def baseline_note(baseline: Variant, task: TaskSpec, by_default: bool = False) -
 
 def write_summary(path: Path, rows: list[dict[str, object]], with_baseline: bool) -> None:
     """``summary.csv``: ``rows`` of ``analysis.paired.summary_rows`` under ``SUMMARY_COLUMNS`` (+ ``BASELINE_COLUMNS``
-    ``with_baseline``), then ``PARAMS_COLUMNS`` (+ ``PARAMS_BASELINE_COLUMNS``); floats as repr, None and non-finite
-    empty, booleans ``true``/``false``."""
+    ``with_baseline``), then ``PARAMS_COLUMNS`` (+ ``PARAMS_BASELINE_COLUMNS``), then ``NAME_COLUMNS``: older columns
+    first, so committed files' columns keep their places; floats as repr, None and non-finite empty, booleans
+    ``true``/``false``."""
     compared = BASELINE_COLUMNS if with_baseline else ()
-    columns = SUMMARY_COLUMNS + compared + PARAMS_COLUMNS + (PARAMS_BASELINE_COLUMNS if with_baseline else ())
+    columns = SUMMARY_COLUMNS + compared + PARAMS_COLUMNS + (PARAMS_BASELINE_COLUMNS if with_baseline else ()) + NAME_COLUMNS
     cells = ([str(v).lower() if isinstance(v, bool) else _raw(v) for v in (row[c] for c in columns)] for row in rows)
     write_csv(path, columns, cells)
 
@@ -261,10 +282,11 @@ def write_curves(path: Path, variants: list[Variant], task: TaskSpec) -> None:
     write_csv(path, ["variant", "run", "step", *metrics], rows)
 
 
-def growth_html(rows: list[dict[str, Any]]) -> str:
-    """The depth-growth table under the depth charts: per variant (``data-growth``), each stack's growth at its first and
-    last telemetry record (``data-col`` ``enc:first``, ..., ``data-value`` the mean) as ``mean ± stderr (n = k, step s)``,
-    under a note defining it and linking the two CSVs; "" without rows (no telemetry)."""
+def growth_html(rows: list[dict[str, Any]], names: dict[str, str] | None = None) -> str:
+    """The depth-growth table under the depth charts: per variant (``data-growth``, its label), each stack's growth at
+    its first and last telemetry record (``data-col`` ``enc:first``, ..., ``data-value`` the mean) as ``mean ± stderr
+    (n = k, step s)``, under a note defining it and linking the two CSVs; "" without rows (no telemetry). ``names``:
+    label -> the variant's name shown in its first column (default: the label)."""
     if not rows:
         return ""
     by_key = {(r["variant"], r["stack"], r["step_kind"]): r for r in rows}
@@ -277,7 +299,8 @@ def growth_html(rows: list[dict[str, Any]]) -> str:
 
         return f"{stack}:{kind}", f"{stack} growth, {kind} record: mean ± stderr (n, step)", cell
 
-    columns = [("variant", "variant", lambda v: (v, v)), *(column(s, k) for s in STACKS for k in STEP_KINDS)]
+    shown = names or {}
+    columns = [("variant", "variant", lambda v: (v, shown.get(v, v))), *(column(s, k) for s in STACKS for k in STEP_KINDS)]
     note = (
         '<h3>Depth growth</h3>\n<p class="note">The RMS of the residual stream at a stack\'s last block / at its first '
         "block, read before the block's closing norm where its FFN has one (the sum entering it, "
@@ -309,9 +332,11 @@ def _cell_text(text: str) -> str:
 
 
 def table_html(columns: list[Column], items: list, row_attr: str, row_class: Callable[[Any], str], hide: bool = False) -> str:
-    """An HTML table, one row per item; each row carries ``data-<row_attr>`` (its first column) and each
-    cell ``data-col`` and ``data-value`` (the unformatted value), so tests and scripts can read it back. With ``hide``,
-    columns after the first with nothing to read (:func:`_hidden`) are left out, named in a note above the table."""
+    """An HTML table, one row per item; each row carries ``data-<row_attr>`` (its first column's value) and each
+    cell ``data-col`` and ``data-value`` (the unformatted value), so tests and scripts can read it back; a cell whose
+    column gives a third item (value, text, title) shows it on hover (``title``) where it differs from the text. With
+    ``hide``, columns after the first with nothing to read (:func:`_hidden`) are left out, named in a note above the
+    table."""
     cells = [[(key, *cell(item)) for key, _, cell in columns] for item in items]
     kept = (j for j in range(1, len(columns)) if not (hide and _hidden(columns[j][0], [row[j][1] for row in cells])))
     shown = [0, *kept]
@@ -319,10 +344,10 @@ def table_html(columns: list[Column], items: list, row_attr: str, row_class: Cal
     rows = []
     for item, row in zip(items, cells, strict=True):
         tds = "".join(
-            f'<td data-col="{html.escape(key)}" data-value="{html.escape(_raw(value))}"'
+            f'<td data-col="{html.escape(key)}" data-value="{html.escape(_raw(value))}"{_title(text, *title)}'
             f"{' class=text' if isinstance(value, str) else ''}>"
             f"{_cell_text(text) if isinstance(value, str) else html.escape(text)}</td>"
-            for key, value, text in (row[j] for j in shown)
+            for key, value, text, *title in (row[j] for j in shown)
         )
         rows.append(f'<tr {row_attr}="{html.escape(str(row[0][1]))}" class="{row_class(item)}">{tds}</tr>')
     left_out = [columns[j] for j in range(len(columns)) if j not in shown]
@@ -333,6 +358,10 @@ def table_html(columns: list[Column], items: list, row_attr: str, row_class: Cal
         else ""
     )
     return f"{note}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _title(text: str, title: str = "") -> str:
+    return f' title="{html.escape(title)}"' if title and title != text else ""
 
 
 def _raw(value: object) -> str:

@@ -1,6 +1,6 @@
 """A local dashboard for a sweep: one self-contained HTML page plus PNGs, offline.
 
-    python -m scripts.report SWEEP_DIR [SWEEP_DIR ...] [--out DIR] [--baseline VARIANT]    # from the repository root
+    python -m scripts.report SWEEP_DIR [SWEEP_DIR ...] [--out DIR] [--baseline VARIANT] [--table md|latex]  # from the root
 
 Reads every run directory (``config.yaml`` + ``metrics.jsonl``, optionally ``status.json``) under the
 given directories (a Hydra multirun dir, a single run dir, or several) and writes into ``--out``
@@ -13,15 +13,18 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   step it was stopped at: ``analysis.stats.skipped_steps``); an ``x`` where a run diverged), residual RMS and
   gradient norm vs depth, and
   summary tables per run and per variant (mean ± stderr (n) over finished runs; see docs/sweeps.md), a column with
-  nothing to read left out and named. With a baseline, ``--baseline VARIANT`` (a label as the variants table shows it,
-  or the norm preset its runs used: ``pre_ln``; ``analysis/presets.py``) or by default the variant of the default
-  preset pre_ln when exactly one used it (``--baseline none``: none), each test metric and best valid loss gets a column
-  "Δ vs VARIANT": the paired difference over the seeds both finished, with its 95% CI (paired t test; ``n.s.`` when
-  it covers 0; ``degenerate (zero spread)`` when every pair differs by the same amount), under a line giving the
-  method and the baseline's noise floor (``analysis/paired.py``); the variants table gives each variant's parameters
-  (status.json's ``params``) and, with a baseline, their ratio to the baseline's (``1.266 (+26.6 %)``), as does the
-  LR-sensitivity table for LR families. When every run ends at a test WER of 90 % or more,
-  a line says they are far from trained.
+  nothing to read left out and named. A variant is named by the norm preset its runs used where they used one, then
+  by its other differing keys (``pre_bn``, ``pre_ln optim.lr=0.002``), else by its label in YAML flow style
+  (``analysis/names.py``), in the tables, the Δ headers and the charts' legends; hovering a name shows the keys, and a
+  note under the variants table lists them. With a baseline, ``--baseline VARIANT`` (a name as the variants table
+  shows it, a label as the CSVs hold it, or the norm preset its runs used: ``pre_ln``; ``analysis/presets.py``) or
+  by default the variant of the default preset pre_ln when exactly one used it (``--baseline none``: none), each test
+  metric and best valid loss gets a column "Δ vs VARIANT": the paired difference over the seeds both finished, with
+  its 95% CI (paired t test; ``n.s.`` when it covers 0; ``degenerate (zero spread)`` when every pair differs by the
+  same amount), under a line giving the method and the baseline's noise floor (``analysis/paired.py``); the variants
+  table gives each variant's parameters (status.json's ``params``) and, with a baseline, their ratio to the
+  baseline's (``1.266 (+26.6 %)``), as does the LR-sensitivity table for LR families. When every run ends at a test
+  WER of 90 % or more, a line says they are far from trained.
   plotly.js is embedded: the page works offline. Once every chart has drawn, ``<body data-plots-drawn>``
   equals ``data-plots-expected``; JavaScript errors (uncaught, rejected promises, ``console.error``)
   are counted in ``<html data-js-errors>``.
@@ -32,7 +35,12 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
   composite residual gain (``analysis/hyper_connections.py``).
 - ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with a baseline
   the paired difference and its CI, then ``params``, ``hc_params`` (the variant's parameter counts) and with a baseline
-  ``params_ratio``, unformatted (columns: docs/sweeps.md, "Seed statistics and --baseline").
+  ``params_ratio``, then ``name`` and ``preset`` (the variant's name, its norm preset), unformatted (columns:
+  docs/sweeps.md, "Seed statistics and --baseline"); its ``variant`` column, like the other CSVs', holds the label.
+- ``table.md`` and ``table.tex``, always: the table for a paper (``reporting/paper.py``), a row per variant by its
+  name, per test metric and best valid loss mean ± stderr in the page's units (losses in nats) and, with a baseline,
+  the paired difference with its 95% CI; ``--table md|latex`` also prints one to stdout (the ``wrote`` line then
+  goes to stderr).
 - ``runs.csv``, always: the per-run table unformatted, one row per run under its variant's label (the values behind
   the seed statistics: PER/WER as fractions, losses in nats), its last columns ``params`` and ``hc_params``.
 - ``curves.csv``, always: the loss and validation charts' data, one row per run and step: ``variant, run, step,
@@ -66,6 +74,7 @@ from pathlib import Path
 
 from analysis.load import ReportError
 from reporting.page import build_report
+from reporting.paper import TABLE_FILES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="report", description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path, metavar="SWEEP_DIR", help="sweep dir(s), run dir(s), or folders of them")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <first dir>/report)")
+    parser.add_argument(
+        "--table",
+        choices=list(TABLE_FILES),
+        default=None,
+        help="also print the table for a paper to stdout (md: table.md, latex: table.tex, both always written "
+        "beside summary.csv); the 'wrote' line then goes to stderr",
+    )
     parser.add_argument(
         "--baseline",
         metavar="VARIANT",
@@ -89,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)
         return 1
-    print(f"report: wrote {path}")
+    print(f"report: wrote {path}", file=sys.stderr if args.table else sys.stdout)
+    if args.table:
+        print((out / TABLE_FILES[args.table]).read_text(encoding="utf-8"), end="")
     return 0
 
 

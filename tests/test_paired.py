@@ -14,6 +14,7 @@ from analysis.load import ReportError, load_runs
 from analysis.lrs import lr_study
 from analysis.paired import (
     BASELINE_COLUMNS,
+    NAME_COLUMNS,
     PARAMS_BASELINE_COLUMNS,
     PARAMS_COLUMNS,
     SUMMARY_COLUMNS,
@@ -160,8 +161,8 @@ def test_delta_cells_give_mean_ci_and_pairs(compared: tuple[str, list[dict]]) ->
 
 def test_baseline_line_and_headers(compared: tuple[str, list[dict]]) -> None:
     page = compared[0]
-    assert f"<th>PER (%) Δ vs {BASE}: mean [95% CI] (pairs)</th>" in page
-    assert f"<th>best valid loss Δ vs {BASE}: mean [95% CI] (pairs)</th>" in page
+    assert "<th>PER (%) Δ vs pre_ln: mean [95% CI] (pairs)</th>" in page  # the baseline by its name (its preset)
+    assert "<th>best valid loss Δ vs pre_ln: mean [95% CI] (pairs)</th>" in page
     assert f'<p class="note" data-baseline="{BASE}">' in page
     assert "paired t test" in page and "Diverged runs never enter a pair or a mean" in page
     assert "degenerate (zero spread): every pair differs by the same amount" in page
@@ -173,7 +174,8 @@ def test_baseline_line_and_headers(compared: tuple[str, list[dict]]) -> None:
 
 def test_summary_csv_with_baseline(compared: tuple[str, list[dict]]) -> None:
     rows = {(r["variant"], r["metric"]): r for r in compared[1]}
-    assert list(compared[1][0]) == [*SUMMARY_COLUMNS, *BASELINE_COLUMNS, *PARAMS_COLUMNS, *PARAMS_BASELINE_COLUMNS]
+    columns = [*SUMMARY_COLUMNS, *BASELINE_COLUMNS, *PARAMS_COLUMNS, *PARAMS_BASELINE_COLUMNS, *NAME_COLUMNS]
+    assert list(compared[1][0]) == columns
     metrics = {"test/per", "test/wer", "test/per_1ref", "test/wer_1ref", "best_val_loss"}
     assert len(rows) == 15 and {m for _, m in rows} == metrics  # no wall time, spikes
     post = rows[POST, "test/per"]
@@ -205,7 +207,7 @@ def test_summary_csv_without_baseline(paired_sweep: Path, tmp_path: Path) -> Non
     report_page.build_report([paired_sweep], tmp_path, baseline="none")
     with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == [*SUMMARY_COLUMNS, *PARAMS_COLUMNS] and len(rows) == 15  # 3 variants x 5 metrics
+    assert list(rows[0]) == [*SUMMARY_COLUMNS, *PARAMS_COLUMNS, *NAME_COLUMNS] and len(rows) == 15  # 3 variants x 5 metrics
     per = next(r for r in rows if r["variant"] == RMS and r["metric"] == "test/per")
     assert per["n"] == "2" and float(per["mean"]) == pytest.approx(0.115, rel=1e-12)
     assert float(per["std"]) == pytest.approx(statistics.stdev([0.11, 0.12]), rel=1e-12)
@@ -273,7 +275,7 @@ def delta_cells(page: str) -> dict[str, str]:
 
 def test_without_baseline_the_default_presets_variant_is_the_baseline(paired_sweep: Path, tmp_path: Path) -> None:
     page = report_page.build_report([paired_sweep], tmp_path).read_text(encoding="utf-8")  # BASE used pre_ln, the default
-    assert f"baseline: <b>{BASE}</b> (default; --baseline to change)." in page
+    assert "baseline: <b>pre_ln</b> (default; --baseline to change)." in page
     assert delta_cells(page) == {BASE: "", POST: "+0.57 [+0.05, +1.08] (3)", RMS: "-0.50 [-19.56, +18.56] (2) n.s."}
     with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as f:
         assert {r["baseline"] for r in csv.DictReader(f)} == {BASE}
@@ -313,8 +315,9 @@ def test_a_null_label_is_shown_as_null_and_accepted_in_both_spellings(tmp_path: 
             write_run(tmp_path / f"qk={qk},seed={seed}", cfg, metric_rows(1.0, seed, per), finished(per))
     for given in ("norm.qk=None", "norm.qk=null"):
         page = report_page.build_report([tmp_path], tmp_path / given, baseline=given).read_text(encoding="utf-8")
-        assert '<p class="note" data-baseline="norm.qk=None">Δ vs <b>norm.qk=null</b>' in page
-        assert "<th>PER (%) Δ vs norm.qk=null: mean [95% CI] (pairs)</th>" in page and ">norm.qk=None<" not in page
+        assert '<p class="note" data-baseline="norm.qk=None">Δ vs <b>pre_ln</b>' in page  # named by its preset
+        assert "<th>PER (%) Δ vs pre_ln: mean [95% CI] (pairs)</th>" in page and ">norm.qk=None<" not in page
+        assert 'title="norm.qk=null"' in page  # its keys on hover
         assert delta_cells(page) == {"norm.qk=None": "", "norm.qk=layernorm": "+0.00 (2) degenerate (zero spread)"}
 
 

@@ -11,7 +11,7 @@ import pytest
 import train as train_module
 from analysis.load import load_runs
 from analysis.lrs import Family
-from analysis.paired import BASELINE_COLUMNS, PARAMS_BASELINE_COLUMNS, PARAMS_COLUMNS, SUMMARY_COLUMNS
+from analysis.paired import BASELINE_COLUMNS, NAME_COLUMNS, PARAMS_BASELINE_COLUMNS, PARAMS_COLUMNS, SUMMARY_COLUMNS
 from reporting import page as report_page
 from reporting.lrs import lrs_columns
 from scripts import match_params
@@ -123,7 +123,8 @@ def test_the_report_gives_parameters_and_their_ratio_to_the_baseline(tmp_path: P
         write(tmp_path / "runs", "sandwich", seed, {"total": MHC, "hc": MHC_HC})
     page = report_page.build_report([tmp_path / "runs"], tmp_path / "out", baseline="pre_ln").read_text(encoding="utf-8")
     summary = read_csv(tmp_path / "out" / "summary.csv")
-    assert list(summary[0]) == [*SUMMARY_COLUMNS, *BASELINE_COLUMNS, *PARAMS_COLUMNS, *PARAMS_BASELINE_COLUMNS]
+    columns = [*SUMMARY_COLUMNS, *BASELINE_COLUMNS, *PARAMS_COLUMNS, *PARAMS_BASELINE_COLUMNS, *NAME_COLUMNS]
+    assert list(summary[0]) == columns
     other = [r for r in summary if r["variant"] == "norm.placement=sandwich"]
     assert {(r["params"], r["hc_params"], r["params_ratio"]) for r in other} == {(str(MHC), str(MHC_HC), repr(MHC / PRE_LN))}
     assert {r["params_ratio"] for r in summary if r["variant"] == "norm.placement=pre"} == {""}  # not compared to itself

@@ -20,6 +20,8 @@ from scripts import report
 from tests.helpers.runs import (
     DIVERGED_ERROR,
     EVAL_STEPS,
+    NAME_A,
+    NAME_B,
     STEPS,
     TELEMETRY_STEPS,
     VARIANT_A,
@@ -88,7 +90,7 @@ def test_one_trace_per_run_in_each_curve_panel(built: tuple[Path, str]) -> None:
         names = [t["name"] for t in figs[key] if t["meta"]["role"] == "run"]
         assert sorted(names) == sorted(ALL_LABELS), key  # each run exactly once
         means = {t["meta"]["variant"]: t["name"] for t in figs[key] if t["meta"]["role"] == "mean"}  # one per variant
-        assert means[VARIANT_B] == f"{VARIANT_B} (mean of 3; 1 logged nothing)" and len(means) == 3
+        assert means[VARIANT_B] == f"{NAME_B} (mean of 3; 1 logged nothing)" and len(means) == 3  # named by its preset
 
 
 def test_panel_titles_and_offline_page(built: tuple[Path, str]) -> None:
@@ -122,13 +124,13 @@ def test_variant_mean_and_band_are_over_seeds(built: tuple[Path, str]) -> None:
 def test_depth_profiles(built: tuple[Path, str]) -> None:
     traces = figures(built[1])["plot-rms_vs_depth"]
     a = {t["name"]: t for t in traces if t["meta"]["variant"] == VARIANT_A}
-    assert sorted(a) == sorted(f"{VARIANT_A} @ step {s}" for s in TELEMETRY_STEPS)
-    last = a[f"{VARIANT_A} @ step 100"]
+    assert sorted(a) == sorted(f"{NAME_A} @ step {s}" for s in TELEMETRY_STEPS)
+    last = a[f"{NAME_A} @ step 100"]
     assert last["x"] == [0, 1, 2, 3]
     np.testing.assert_allclose(last["y"], [np.mean([rms(1.0, 0, 100, d), rms(1.2, 1, 100, d)]) for d in range(4)])
     grads = figures(built[1])["plot-grad_vs_depth"]
     # the crashed seed 2 recorded step 1 but not step 100: that profile says it is over 2 of the 3 runs with metrics
-    want = [f"{VARIANT_B} @ step 1", f"{VARIANT_B} @ step 100 (n = 2 of 3)"]
+    want = [f"{NAME_B} @ step 1", f"{NAME_B} @ step 100 (n = 2 of 3)"]
     assert sorted(t["name"] for t in grads if t["meta"]["variant"] == VARIANT_B) == want
 
 
@@ -211,7 +213,7 @@ def hard(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
 
 def test_mean_is_drawn_only_where_every_seed_has_a_value(hard: tuple[Path, str]) -> None:
     (mean,) = traces_of(hard[1], "plot-loss", VARIANT_D, "mean")
-    assert mean["name"] == f"{VARIANT_D} (mean of 3)" and mean["x"] == STEPS
+    assert mean["name"] == f"pre_ln {VARIANT_D} (mean of 3)" and mean["x"] == STEPS
     assert mean["y"][:3] == pytest.approx([np.mean([loss(1.0, seed, s) for seed in range(3)]) for s in (10, 20, 30)])
     assert mean["y"][3:] == [None] * 7  # not the survivors' mean after seed 1 diverged
     assert mean["hovertext"] == ["n = 3 of 3"] * 3 + ["n = 2 of 3"] * 3 + ["n = 1 of 3"] * 4
@@ -393,7 +395,8 @@ def test_labels_wrap_at_spaces_and_commas_never_mid_word(built: tuple[Path, str]
     assert "td.text { text-align: left; max-width: 32em; overflow-wrap: normal; word-break: normal; }" in css
     assert "anywhere" not in css and "break-all" not in css  # neither breaks a label inside a word
     assert '<td data-col="run" data-value="norm=pre_ln,seed=0" class=text>norm=pre_ln,<wbr>seed=0</td>' in page
-    assert f'<td data-col="variant" data-value="{VARIANT_A}" class=text>{VARIANT_A}</td>' in page  # breaks at its spaces
+    shown = f'<td data-col="variant" data-value="{VARIANT_A}" title="{VARIANT_A}" class=text>{NAME_A}</td>'
+    assert shown in page  # its name, which breaks at its spaces; its keys on hover
 
 
 def quiet_sweep(root: Path, wers: list[float]) -> Path:

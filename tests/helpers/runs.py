@@ -5,10 +5,12 @@ import json
 import re
 import shutil
 import subprocess
+from functools import cache
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 TELEMETRY_STEPS = [1, 50, 100]
@@ -16,6 +18,8 @@ N_ENC, N_DEC = 2, 2
 VARIANT_A = "norm.placement=pre norm.kind=layernorm optim.lr=0.002"
 VARIANT_B = "norm.placement=post norm.kind=rmsnorm optim.lr=0.002"
 VARIANT_LR = "norm.placement=pre norm.kind=layernorm optim.lr=1"  # config.yaml lr 1.0: labelled as its int
+# their names on the page (analysis.names): the norm preset their runs used, then the keys outside norm.
+NAME_A, NAME_B = "pre_ln optim.lr=0.002", "post_rms optim.lr=0.002"
 # status.json's error for a diverged run, worded as train.py's NonFiniteLossError
 DIVERGED_ERROR = "NonFiniteLossError: non-finite training loss at step {}; last finite checkpoint: none written yet"
 STEPS = list(range(10, 101, 10))  # logging steps
@@ -37,6 +41,29 @@ def config(placement: str, kind: str, seed: int, lr: float = 2e-3, **extra: obje
     for key, value in extra.items():  # dotted keys, e.g. train.resume
         OmegaConf.update(tree, key, value)
     return OmegaConf.to_container(tree)
+
+
+@cache
+def preset_norm(preset: str) -> dict:
+    """The ``norm`` node Hydra composes for ``norm=<preset>`` (conf/norm/), resolved: what a run of it saves."""
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"norm={preset}"])
+    return OmegaConf.to_container(cfg.norm, resolve=True)
+
+
+def preset_config(preset: str, seed: int, lr: float = 2e-3, **extra: object) -> dict:
+    """:func:`config` with the norm keys of a run of ``norm=<preset>`` (``extra``: dotted keys set after)."""
+    cfg = OmegaConf.create({**config("pre", "layernorm", seed, lr), "norm": preset_norm(preset)})
+    for key, value in extra.items():
+        OmegaConf.update(cfg, key, value)
+    return OmegaConf.to_container(cfg)
+
+
+def visible_text(page: str) -> str:
+    """The text a reader of ``page`` sees, each run of white space as one space: scripts, styles and tags (with their
+    attributes) left out; the space before a tag that follows a space dropped."""
+    text = re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", page, flags=re.S))
+    return re.sub(r"\s+", " ", text).replace(" :", ":")
 
 
 def rms(offset: float, seed: int, step: int, depth: int) -> float:
@@ -137,13 +164,14 @@ def table(page: str, attr: str) -> tuple[dict, dict]:
     return parser.rows, parser.classes
 
 
-def draw_in_chromium(page: Path, profile: Path, charts: int = 5) -> str:
-    """The DOM of ``page`` (of ``charts`` charts) once headless Chromium has run its scripts; fails on a JavaScript
-    error or an undrawn chart."""
+def draw_in_chromium(page: Path, profile: Path, charts: int = 5, window: str | None = None) -> str:
+    """The DOM of ``page`` (of ``charts`` charts) once headless Chromium has run its scripts, in a window of
+    ``window`` pixels (``1400,1000``; None: Chromium's default); fails on a JavaScript error or an undrawn chart."""
     binary = chromium()
     if binary is None:
         pytest.skip("chromium not found: apt-get install chromium")
-    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+    size = [f"--window-size={window}"] if window else []
+    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0", *size,
            f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
