@@ -53,7 +53,7 @@ def scale_panels(variants: list[Variant]) -> list[Panel]:
         if not (cells := scale_cells(runs)):
             continue
         profiles = {s: {SITE: [(d, m) for d, (m, _, _) in at.items() if m is not None]} for s, at in cells.items()}
-        title = f"Residual RMS per block over training: {variant.label} (mean of {len(runs)})"
+        title = f"Residual RMS per block over training: {variant.shown} (mean of {len(runs)})"
         heatmap = Heatmap(variant.label, profiles, SITE, STAT, max(r.n_enc for r in runs))
         panels.append(Panel(f"scale_heatmap_{j}", title, "training step", "block (encoder, then decoder)", [], heatmap=heatmap))
     return panels

@@ -96,7 +96,7 @@ def test_one_trace_per_run_in_each_curve_panel(built: tuple[Path, str]) -> None:
 def test_panel_titles_and_offline_page(built: tuple[Path, str]) -> None:
     path, page = built
     titles = [lay["title"]["text"] for lay in layouts(page).values()]
-    scales = [f"Residual RMS per block over training: {v}" for v in (VARIANT_LR, VARIANT_B, VARIANT_A)]
+    scales = [f"Residual RMS per block over training: {v}" for v in ("pre_ln optim.lr=1", NAME_B, NAME_A)]  # the shown names
     assert [t.split(" (")[0] for t in titles] == PANEL_TITLES + scales
     assert 'data-plots-expected="8"' in page
     assert not re.search(r"<script[^>]+src=", page)  # no CDN: plotly.js is inline
