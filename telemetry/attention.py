@@ -10,6 +10,7 @@ are the model's own. Definitions and Gaussian baselines: docs/telemetry.md.
 """
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -52,38 +53,59 @@ class AttentionStats:
         return handles
 
     def _hooks(self, stack: str, i: int, r: str, attn: MultiHeadAttention, queries: torch.Tensor) -> list:
-        """Hooks on the attention's q/k taps (to see what SDPA received without projecting again) and on
-        the attention itself (to see its key padding mask): one :meth:`MultiHeadAttention.logits` gives
-        the configured ``attn/{stack}.{i}.{r}/entropy`` and ``.../max_logit``.
+        """One :meth:`MultiHeadAttention.logits` per call of ``attn`` (:func:`logit_hooks`) gives the configured
+        ``attn/{stack}.{i}.{r}/entropy`` and ``.../max_logit``.
 
         Args:
             queries: (B, T) bool, True at the real (non-padding) queries.
         """
-        seen: dict[str, torch.Tensor] = {}
 
-        def tap(key: str):
-            def hook(mod: nn.Module, args: tuple, out: torch.Tensor) -> None:
-                seen[key] = out.detach()
-
-            return hook
-
-        @torch.no_grad()
-        def on_attention(mod: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
-            key_pad = args[2] if len(args) > 2 else None  # (B, S) or None: forward(x, memory, key_pad_mask, ...)
-            logit = mod.logits(seen.pop("q"), seen.pop("k"), key_pad, fill=HIDDEN)  # (B, H, T, S)
+        def on_logits(logit: torch.Tensor) -> None:
             top = logit.amax(-1, keepdim=True)  # (B, H, T, 1): each query sees a real key, so a real logit
             if self.cfg.attn_max_logit:
-                per_query = top.squeeze(-1).amax(1)  # (B, T), max over heads
-                real = per_query.masked_fill(~queries, -math.inf)
-                self.stats[attn_max_logit(stack, i, r).name] = real.amax()
+                self.stats[attn_max_logit(stack, i, r).name] = head_max_logits(top.squeeze(-1), queries).amax()
             if self.cfg.attn_entropy:
                 self.stats[attn_entropy(stack, i, r).name] = _mean_entropy(logit - top, queries)
 
-        return [
-            attn.q_tap.register_forward_hook(tap("q")),
-            attn.k_tap.register_forward_hook(tap("k")),
-            attn.register_forward_hook(on_attention),
-        ]
+        return logit_hooks(attn, on_logits)
+
+
+def logit_hooks(attn: MultiHeadAttention, on_logits: Callable[[torch.Tensor], None]) -> list[RemovableHandle]:
+    """Hooks that hand ``on_logits`` the pre-softmax logits (B, H, T, S) float32 of every call of ``attn``, hidden
+    keys at ``HIDDEN``, under ``no_grad``: hooks on its q/k taps see what SDPA received (no second projection), one on
+    ``attn`` itself its key padding mask, and :meth:`MultiHeadAttention.logits` writes them out. The caller removes
+    the handles. Used by :class:`AttentionStats` and by QK-Clip (``training.qk_clip``)."""
+    seen: dict[str, torch.Tensor] = {}
+
+    def tap(key: str):
+        def hook(mod: nn.Module, args: tuple, out: torch.Tensor) -> None:
+            seen[key] = out.detach()
+
+        return hook
+
+    @torch.no_grad()
+    def on_attention(mod: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
+        key_pad = args[2] if len(args) > 2 else None  # (B, S) or None: forward(x, memory, key_pad_mask, ...)
+        on_logits(mod.logits(seen.pop("q"), seen.pop("k"), key_pad, fill=HIDDEN))
+
+    return [
+        attn.q_tap.register_forward_hook(tap("q")),
+        attn.k_tap.register_forward_hook(tap("k")),
+        attn.register_forward_hook(on_attention),
+    ]
+
+
+def head_max_logits(row_max: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """Each head's largest logit over the real queries and the keys they see.
+
+    Args:
+        row_max: (B, H, T) each query's largest logit over the keys it sees (hidden keys excluded).
+        queries: (B, T) bool, True at the real (non-padding) queries.
+
+    Returns:
+        (H,) float32; -inf for a head when no query is real.
+    """
+    return row_max.masked_fill(~queries[:, None, :], -math.inf).amax((0, 2))
 
 
 def _mean_entropy(z: torch.Tensor, keep_queries: torch.Tensor) -> torch.Tensor:
