@@ -19,7 +19,8 @@ Names (stable; docs/telemetry.md), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a
 - ``hc/{s}/{fwd_gain|bwd_gain}``: with hyper-connections (``norm.hc``), the composite residual gain of stack
   ``{s}`` (mHC's Amax Gain Magnitude: max row / column sum of |product of the residual mixing matrices|, the
   largest over the batch's real tokens; :func:`hc_gain`);
-- ``out/{logz|max_logit}``: the output logits, and ``optim/below_eps``: the optimizer's state, families of no
+- ``out/{logz|max_logit}``: the output logits, and ``optim/below_eps``: the optimizer's state (and QK-Clip's
+  ``optim/qk_clip_count``, ``optim/qk_clip_min_factor``), families of no
   stack (the name has no middle part; the trainer's own ``optim/lr``, ``optim/grad_norm``, ... are not telemetry
   and do not parse).
 
@@ -98,7 +99,7 @@ FAMILY_STATS = {
     "weight": WEIGHT_STATS,
     "scale": SCALE_STATS,
     "out": ("logz", "max_logit"),
-    "optim": ("below_eps",),
+    "optim": ("below_eps", "qk_clip_count", "qk_clip_min_factor"),
     "bstat": BSTAT_STATS,
     "hc": ("fwd_gain", "bwd_gain"),
 }
@@ -326,6 +327,16 @@ def output_logits(stat: str) -> Metric:
 def adam_below_eps() -> Metric:
     """``optim/below_eps``: the optimizer state's share of coordinates where eps dominates Adam's denominator."""
     return Metric("optim", None, stat="below_eps")
+
+
+def qk_clip_stat(stat: str) -> Metric:
+    """``optim/qk_clip_{stat}``, ``stat`` ``count`` or ``min_factor``: the heads QK-Clip scaled at the recorded step
+    and the smallest factor (``training.qk_clip``).
+
+    Raises:
+        ValueError: another stat.
+    """
+    return Metric("optim", None, stat=f"qk_clip_{stat}")
 
 
 def depth(stack: str, layer: int, n_enc_layers: int) -> int:

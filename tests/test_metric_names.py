@@ -39,6 +39,7 @@ from runlog.metric_names import (
     n_enc_layers_seen,
     output_logits,
     parse,
+    qk_clip_stat,
     site_name,
     update_ratio,
     weight_spectrum,
@@ -47,7 +48,8 @@ from runlog.metric_names import (
 
 def every_metric() -> list[Metric]:
     """Every valid metric of a model with blocks 0 and 11 in each stack."""
-    metrics = [*(output_logits(stat) for stat in FAMILY_STATS["out"]), adam_below_eps()]
+    metrics = [*(output_logits(stat) for stat in FAMILY_STATS["out"]), adam_below_eps(), qk_clip_stat("count")]
+    metrics.append(qk_clip_stat("min_factor"))
     for stack in STACKS:
         metrics += [act(stack, None, site, stat) for site in STACK_SITES for stat in act_stats(site)]
         metrics += [batch_stat_dist(stack, None, "final_norm", s) for s in BATCH_STATISTICS]

@@ -32,6 +32,7 @@ from training.flops import peak_flops
 from training.loggers import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast, resolve_precision
+from training.qk_clip import build_qk_clip
 from training.schema import RunConfig
 from training.spikes import RunSpikes
 from training.state import Field, RankRngs, Stateful, load_state, save_state
@@ -128,7 +129,8 @@ def start_run(cfg: RunConfig, run_dir: Path, is_main: bool) -> Run:
     telemetry = Telemetry(model, cfg.telemetry)
     opt = build_optimizer(model, cfg.optim)
     world = distributed.world_size()
-    options = StepOptions(world, tc.label_smoothing, tc.grad_clip, autocast(precision, device), cfg.optim.z_loss)
+    qk_clip = build_qk_clip(model, cfg.optim.qk_clip, tc.compile)
+    options = StepOptions(world, tc.label_smoothing, tc.grad_clip, autocast(precision, device), cfg.optim.z_loss, qk_clip=qk_clip)
     best = BestCheckpoint(task.spec.metric(task.spec.headline)) if tc.test_checkpoint == "best" else None
     average = LastCheckpoints(tc.average_last, tc.checkpoint_every, tc.max_steps) if tc.average_last else None
     run = Run(

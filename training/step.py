@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 from data.batching import Batch
 from data.tokenizer import PAD_ID
 from telemetry.recorder import Telemetry
+from training.qk_clip import QKClip, clip_after_update, watched
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class StepOptions:
         z_loss: coefficient c of the auxiliary loss c * mean((log Z)^2) (``optim.z_loss``); 0: off.
         step_tokens: target tokens of the whole step (all micro-batches, all ranks); set per step.
         record: whether telemetry records this step; set per step.
+        qk_clip: QK-Clip after the update (``optim.qk_clip``, ``training.qk_clip``); None: off.
     """
 
     world: int
@@ -37,6 +39,7 @@ class StepOptions:
     z_loss: float = 0.0
     step_tokens: int = 0
     record: bool = False
+    qk_clip: QKClip | None = None
 
 
 class StepResult(NamedTuple):
@@ -86,15 +89,13 @@ def train_step(
     telemetry: Telemetry,
     options: StepOptions,
 ) -> StepResult:
-    """Forward and backward over the micro-batches, clip, AdamW step, schedule step.
+    """Forward and backward over the micro-batches, clip, AdamW step, QK-Clip (when on), schedule step.
 
-    The loss of a step is the label-smoothed cross-entropy averaged over all ``step_tokens``
-    target tokens of the step (every micro-batch of every rank), so accumulation and data
-    parallelism train exactly what one large batch would: micro-batch ``m`` is weighted by
-    ``n_m / step_tokens x world`` (DDP averages gradients over ``world`` ranks). Gradients are
-    all-reduced once, after the last micro-batch (``no_sync`` before it). With ``z_loss`` = c > 0
-    the objective adds c * mean((log Z)^2) over the same tokens, weighted the same way
-    (:func:`token_losses`).
+    The loss of a step is the label-smoothed cross-entropy averaged over all ``step_tokens`` target tokens of the
+    step (every micro-batch of every rank), so accumulation and data parallelism train exactly what one large batch
+    would: micro-batch ``m`` is weighted by ``n_m / step_tokens x world`` (DDP averages gradients over ``world``
+    ranks). Gradients are all-reduced once, after the last micro-batch (``no_sync`` before it). With ``z_loss`` =
+    c > 0 the objective adds c * mean((log Z)^2) over the same tokens, weighted the same way (:func:`token_losses`).
 
     Telemetry is called at three named points, which record only with ``record``: around the first
     micro-batch's forward pass (activations, attention and output logits; with compiled layers through
@@ -105,8 +106,8 @@ def train_step(
     Args:
         model: the EncoderDecoder, or it wrapped in DistributedDataParallel.
         micro: this rank's micro-batches; src (B, S), tgt_in / tgt_out (B, T).
-        options: world, label smoothing, z-loss, gradient clipping (``torch.nn.utils.clip_grad_norm_``),
-            autocast, the step's target tokens and whether telemetry records.
+        options: world, label smoothing, z-loss, gradient clipping (``clip_grad_norm_``), autocast, the step's
+            target tokens, whether telemetry records, and QK-Clip (reads every micro-batch's forward).
 
     Returns:
         :class:`StepResult` (loss, grad_norm, z_loss).
@@ -119,7 +120,7 @@ def train_step(
         last = m == len(micro) - 1
         sync = model.no_sync() if isinstance(model, DistributedDataParallel) and not last else nullcontext()
         with sync:
-            with o.autocast, telemetry.around_forward(batch, record=o.record and m == 0):
+            with o.autocast, telemetry.around_forward(batch, record=o.record and m == 0), watched(o.qk_clip, batch):
                 logits = model(batch.src, batch.tgt_in)  # (B, T, V)
             weight = batch.n_tgt_tokens / o.step_tokens * o.world
             ce, z = token_losses(logits, batch.tgt_out, o)
@@ -136,5 +137,6 @@ def train_step(
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     with telemetry.around_update(opt, record=o.record):
         opt.step()
+    clip_after_update(o.qk_clip, o.world, telemetry.stats if o.record else None)
     sched.step()
     return StepResult(total, grad_norm, z_total)
