@@ -21,6 +21,7 @@ from runlog.metric_names import (
     grad_norm,
     matrix_role,
     output_logits,
+    qk_clip_stat,
     weight_spectrum,
 )
 from runlog.tasks import TaskSpec, read_task, task_spec
@@ -49,7 +50,7 @@ def _residuals(stack: str) -> tuple[str, ...]:
 
 def stability_sections(n_enc_layers: int, n_dec_layers: int) -> list[ws.Section]:
     """Per block, its attentions' max logits and its matrices' spectral norms; then the output logits'
-    ``out/`` and the optimizer state's ``optim/below_eps`` (one panel each)."""
+    ``out/``, the optimizer state's ``optim/below_eps`` and QK-Clip's ``optim/qk_clip_{count,min_factor}`` (one panel each)."""
     layout = ws.SectionLayoutSettings(columns=max(1, min(n_enc_layers, 4)), rows=2)
     max_logit: list[PanelTypes] = []
     sigma_max: list[PanelTypes] = []
@@ -60,6 +61,7 @@ def stability_sections(n_enc_layers: int, n_dec_layers: int) -> list[ws.Section]
         spectra = [weight_spectrum(stack, i, m, "sigma_max") for m in matrices]
         sigma_max.append(line(f"{spectra[0].block} sigma_max", [m.name for m in spectra], log_y=True))
     whole = [output_logits(stat) for stat in FAMILY_STATS["out"]] + [adam_below_eps()]
+    whole += [qk_clip_stat(stat) for stat in ("count", "min_factor")]  # empty panels in runs without optim.qk_clip
     return [
         ws.Section(name="Attention max logit per block", panels=max_logit, layout_settings=layout),
         ws.Section(name="Spectral norm per block", panels=sigma_max, layout_settings=layout),

@@ -15,7 +15,8 @@ band), in sections: loss, the task's metrics (PER/WER, or BLEU/chrF; its headlin
 residual stream leaving each block (``act/{enc|dec}.{i}.out/rms``, log scale), each block's gradient norm
 (``grad/{enc|dec}.{i}/norm``), each block's attention max logits (``attn/{enc|dec}.{i}.{a}/max_logit``), each
 block's matrices' spectral norms (``weight/{enc|dec}.{i}.{m}/sigma_max``, log scale), and the output logits
-and optimizer state (``out/logz``, ``out/max_logit``, ``optim/below_eps``). Learned scales (``scale/``) are
+and optimizer state (``out/logz``, ``out/max_logit``, ``optim/below_eps``, ``optim/qk_clip_count``,
+``optim/qk_clip_min_factor``). Learned scales (``scale/``) are
 left to wandb's automatic panels: which exist depends on the norm.
 """
 

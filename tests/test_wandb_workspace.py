@@ -46,7 +46,13 @@ def test_stability_sections(workspace) -> None:
     assert spectra[1] == [f"weight/enc.1.{m}/sigma_max" for m in enc]  # no cross-attention in an encoder block
     assert spectra[4] == [f"weight/dec.2.{m}/sigma_max" for m in dec] and len(spectra) == 5
     assert all(p.log_y for p in sections["Spectral norm per block"].panels)
-    assert panel_metrics(sections["Output logits and optimizer state"]) == [["out/logz"], ["out/max_logit"], ["optim/below_eps"]]
+    assert panel_metrics(sections["Output logits and optimizer state"]) == [
+        ["out/logz"],
+        ["out/max_logit"],
+        ["optim/below_eps"],
+        ["optim/qk_clip_count"],
+        ["optim/qk_clip_min_factor"],
+    ]
     assert all(p.groupby_aggfunc == "mean" and p.groupby_rangefunc == "minmax" for s in workspace.sections for p in s.panels)
 
 
