@@ -16,9 +16,9 @@ see (key padding and the causal mask excluded), as ``attn/.../max_logit`` is tak
 attention and forward; nothing is read back to the host.
 
 Differences from Megatron-Core (``megatron/core/optimizer/qk_clip.py`` ``clip_qk`` and ``Attention.clip_qk``):
-every attention is clipped, encoder and decoder self-attention and cross-attention (Megatron: the decoder's
-self-attention; cross-attention's q comes from the decoder, its k from the encoder's memory); the q and k biases are
-scaled with their rows (Megatron scales the weights only, so with biases its logit does not land on tau);
+every attention is clipped, encoder and decoder self-attention and cross-attention (Megatron: self-attention
+only, its decoder layers'; cross-attention's q comes from the decoder, its k from the encoder's memory); the q and k biases are
+scaled with their rows (Megatron's ``_clip_linear_qkv`` scales the weight only, so with biases its logit does not land on tau);
 gamma_h is 1 unless S_h > tau (Megatron's clamp(tau / S_h, max=1) is negative for a head whose max logit is
 negative, which pow turns into NaN, when another head of the layer exceeds tau); one all-reduce for all heads and
 no host read (Megatron: one all-reduce and one ``.item()`` per layer); heads only (no GQA grouping, no MLA split of
