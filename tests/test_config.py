@@ -136,7 +136,8 @@ def test_a_misspelt_key_in_a_preset_file_names_the_valid_keys(tmp_path):
         cfg = compose("config", overrides=["optim=typo"])
     with pytest.raises(ValueError) as error:
         validate(cfg)
-    assert str(error.value) == "optim.weight_decy is not a key of optim; valid keys: lr, betas, eps, weight_decay, z_loss"
+    valid = "lr, betas, eps, weight_decay, z_loss, decay_gains, muon"
+    assert str(error.value) == f"optim.weight_decy is not a key of optim; valid keys: {valid}"
 
 
 @pytest.mark.parametrize(

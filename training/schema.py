@@ -38,6 +38,7 @@ from model.config import ModelConfig, NormConfig
 from runlog.renames import renamed_message
 from runlog.tasks import task_spec
 from telemetry.config import TelemetryConfig
+from training.muon_config import MuonConfig
 
 DEVICES = ("auto", "cpu", "cuda")
 TEST_CHECKPOINTS = ("last", "best")  # training/best.py
@@ -130,12 +131,13 @@ class TrainerConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """The ``optim`` keys: AdamW's peak learning rate, betas, eps and decoupled weight decay, and the
-    z-loss coefficient (``training.step.token_losses``; 0: off).
+    """The ``optim`` keys: AdamW's peak learning rate, betas, eps and decoupled weight decay, the
+    z-loss coefficient (``training.step.token_losses``; 0: off), weight decay on the gains too (``decay_gains``),
+    and Muon's keys (``muon``, ``training.muon.MuonConfig``; null: AdamW alone; ``training.optim.build_optimizer``).
 
     Raises:
         ValueError: lr or eps not a finite number > 0, weight_decay < 0, betas outside [0, 1),
-            z_loss not a finite number >= 0.
+            z_loss not a finite number >= 0, a bad ``muon`` key or value.
     """
 
     lr: float
@@ -143,9 +145,13 @@ class OptimConfig:
     eps: float
     weight_decay: float
     z_loss: float = 0.0
+    decay_gains: bool = False
+    muon: MuonConfig | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))  # a list from YAML
+        if isinstance(self.muon, dict):  # the mapping from YAML
+            object.__setattr__(self, "muon", MuonConfig.from_keys(self.muon))
         _require(self.lr > 0 and math.isfinite(self.lr), "optim.lr", self.lr, "it must be a finite number > 0")
         _require(self.eps > 0 and math.isfinite(self.eps), "optim.eps", self.eps, "it must be a finite number > 0")
         _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "it must be >= 0")
