@@ -133,6 +133,9 @@ def test_the_schedule_gives_the_muon_group_lr_times_lr_scale_and_a_load_keeps_th
     fresh.load_state_dict(state)
     assert fresh.param_groups[2]["lr_scale"] == 1.0 and fresh.param_groups[2] is fresh.muon.param_groups[0]
     assert build_scheduler(fresh, 2e-3, ScheduleConfig(0, "constant"), 8).get_last_lr() == pytest.approx([2e-3] * 3)
+    adamw_state = build_optimizer(model, replace(optim, muon=None)).state_dict()
+    with pytest.raises(ValueError, match=r"optim=muon cannot load an optimizer state with the entries \['param_groups', "):
+        fresh.load_state_dict(adamw_state)
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -75,7 +75,16 @@ class MuonAdamW(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
         """Load both children's states; the Muon groups keep this run's ``lr_scale`` (the lr is the schedule's,
-        never the checkpoint's: ``training.optim.build_scheduler``)."""
+        never the checkpoint's: ``training.optim.build_scheduler``).
+
+        Raises:
+            ValueError: ``state_dict`` is not a :meth:`state_dict` of this class (an ``optim=adamw`` run's).
+        """
+        if not isinstance(state_dict, dict) or set(state_dict) != {"adamw", "muon"}:
+            raise ValueError(
+                f"optim=muon cannot load an optimizer state with the entries {sorted(state_dict)} (an AdamW's); "
+                "resume with the optim it was trained with, or start afresh with train.resume=null"
+            )
         self.adamw.load_state_dict(state_dict["adamw"])
         self.muon.load_state_dict(state_dict["muon"])
         for group, scale in zip(self.muon.param_groups, self.lr_scales, strict=True):
