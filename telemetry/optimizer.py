@@ -62,11 +62,17 @@ class OptimizerStats:
         eps and beta2 are each parameter's group's. Everything stays on the device (no ``.item()``:
         the fused optimizer keeps ``step`` there).
 
+        Under ``optim=muon`` (``training.muon.MuonAdamW``) these read its AdamW part (``opt.adamw``): the parameters
+        Muon trains have no v, so ``below_eps`` is a share of AdamW's coordinates and a block's ``adam_rms`` pools its
+        gains and biases only.
+
         Raises:
-            ValueError: ``opt`` is not ``torch.optim.AdamW``, or uses amsgrad (its denominator is another v).
+            ValueError: ``opt`` is not ``torch.optim.AdamW`` (nor holds one as ``adamw``), or uses amsgrad (its
+                denominator is another v).
         """
         if not self.cfg.adam:
             return
+        opt = getattr(opt, "adamw", opt)  # MuonAdamW's AdamW part (telemetry does not import training)
         if not isinstance(opt, torch.optim.AdamW) or any(g["amsgrad"] for g in opt.param_groups):
             raise ValueError(
                 f"telemetry.adam reads torch.optim.AdamW without amsgrad, got {type(opt).__name__}; "

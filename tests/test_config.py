@@ -136,7 +136,7 @@ def test_a_misspelt_key_in_a_preset_file_names_the_valid_keys(tmp_path):
         cfg = compose("config", overrides=["optim=typo"])
     with pytest.raises(ValueError) as error:
         validate(cfg)
-    valid = "lr, betas, eps, weight_decay, z_loss, qk_clip"
+    valid = "lr, betas, eps, weight_decay, z_loss, decay_gains, muon, qk_clip"
     assert str(error.value) == f"optim.weight_decy is not a key of optim; valid keys: {valid}"
 
 

@@ -1,6 +1,6 @@
 """torchrun with 2 CPU processes (gloo): one shared run dir, rank-0-only files, the same training as
 one process with twice the batch (2 accumulation steps), under the default cadences and under
-cadences that are not multiples of each other; exact resume of every rank's RNG stream; legacy
+cadences that are not multiples of each other, and under ``optim=muon``; exact resume of every rank's RNG stream; legacy
 launchers that pass ``--local-rank``."""
 
 import json
@@ -43,6 +43,15 @@ def test_two_ranks_train_exactly_as_one_process_with_twice_the_batch(tmp_path, a
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("act/enc.0.out/rms" in r for r in rows)  # telemetry from rank 0
     assert two.stdout.count("test PER") == 1  # one summary: rank 0's
+
+
+@pytest.mark.dist
+def test_two_ranks_train_under_optim_muon_as_one_process_with_twice_the_batch(tmp_path):
+    # Muon's update is a function of the gradient DDP averaged, so every rank steps alike; its Newton-Schulz
+    # iteration runs in bf16, whose rounding of the (float32-equal) gradients is what the tolerance allows.
+    args = [*DEFAULTS, "optim=muon"]
+    run([*TORCHRUN, str(ROOT / "train.py"), *args, f"hydra.run.dir={tmp_path / 'two'}"], tmp_path)
+    assert_trains_as_one_process(tmp_path / "two", tmp_path, args, [1, 5, 10, 15, 20])
 
 
 # Run as `torchrun ... sigterm.py <overrides>`: both ranks get SIGTERM in their 3rd step, as a

@@ -1,4 +1,5 @@
-"""AdamW and a linear-warmup-then-decay learning rate, from torch's own schedulers."""
+"""AdamW (or Muon on the hidden matrices and AdamW on the rest) and a linear-warmup-then-decay learning rate, from
+torch's own schedulers."""
 
 import math
 import warnings
@@ -9,6 +10,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, LRSc
 
 from model.hyper_connections import HyperConnection
 from model.weight_norm import weight_norm_gains
+from training.muon import MuonAdamW, hidden_matrices
 from training.schema import OptimConfig, ScheduleConfig
 
 
@@ -22,9 +24,21 @@ def hyper_connection_projections(model: nn.Module) -> list[nn.Parameter]:
     return [m.beta_fn for m in model.modules() if isinstance(m, HyperConnection) and m.dynamic]
 
 
-def build_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
+def gains(model: nn.Module) -> list[nn.Parameter]:
+    """The multiplicative gains of ``model``: every parameter under 2-D whose name ends in ``weight`` (norm gains,
+    ReZero/LayerScale gates, ScaleNorm's g) or, zero-centred, in ``weight.original`` (``norm.gain=unit_offset``'s
+    w), and WeightNorm's g; not the biases, scalar shapes (DyT's alpha) nor hyper-connections' weights."""
+    named = [p for n, p in model.named_parameters() if p.dim() < 2 and n.split(".")[-1] == "weight"]
+    offset = [p for n, p in model.named_parameters() if n.endswith("parametrizations.weight.original") and p.dim() < 2]
+    return named + offset + weight_norm_gains(model)
+
+
+def build_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
     """AdamW (Loshchilov & Hutter 2019) with ``optim``'s lr, betas, eps and weight decay (the run's ``optim`` keys;
-    outside a run ``training.presets.default_optim()``, changed with ``dataclasses.replace``), fused on CUDA.
+    outside a run ``training.presets.default_optim()``, changed with ``dataclasses.replace``), fused on CUDA; with
+    ``optim.muon`` set, ``torch.optim.Muon`` on the blocks' hidden matrices (``training.muon.hidden_matrices``: their
+    lr ``optim.lr * optim.muon.lr_scale``, weight decay ``optim.weight_decay``) and that AdamW on every other
+    parameter, as one ``training.muon.MuonAdamW``. The AdamW groups are [decay, no-decay], Muon's one group after.
 
     Weight decay applies to matrices and embeddings (dim >= 2) only: decaying norm gains and
     biases would pull the norms being studied toward zero. Zero-centred gains (``norm.gain=unit_offset``,
@@ -44,12 +58,39 @@ def build_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
     static b, and mHC's ``base`` (b_pre, b_post, b_res: the biases of its logits) and ``scale`` (alpha_pre,
     alpha_post, alpha_res: their gains); decaying them would pull mHC's gates toward sigmoid(0) and A toward the
     uniform matrix whatever the data says.
+
+    ``optim.decay_gains`` (default false) decays the gains too (:func:`gains`), never the biases: a plain gain is then
+    pulled toward 0 and a zero-centred one toward 1 (tests/test_gains.py), for studying the recipes that decay every
+    parameter.
     """
-    gains = {id(p) for p in weight_norm_gains(model)} | {id(p) for p in hyper_connection_gains(model)}
+    muon = {id(p) for p in hidden_matrices(model)} if optim.muon else set()
+    params = [p for p in model.parameters() if id(p) not in muon]
+    adamw = _adamw(params, model, optim)
+    if optim.muon is None:
+        return adamw
+    m = optim.muon
+    group = {"params": [p for p in model.parameters() if id(p) in muon], "lr_scale": m.lr_scale}
+    inner = torch.optim.Muon(
+        [group],
+        lr=optim.lr * m.lr_scale,
+        weight_decay=optim.weight_decay,
+        momentum=m.momentum,
+        nesterov=m.nesterov,
+        ns_coefficients=m.ns_coefficients,
+        ns_steps=m.ns_steps,
+        adjust_lr_fn=m.adjust_lr_fn,
+    )
+    return MuonAdamW(inner, adamw)
+
+
+def _adamw(params: list[nn.Parameter], model: nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
+    """AdamW over ``params`` (of ``model``) in the groups [decay, no decay] that ``build_optimizer`` describes."""
+    gain_ids = {id(p) for p in weight_norm_gains(model)} | {id(p) for p in hyper_connection_gains(model)}
     projections = {id(p) for p in hyper_connection_projections(model)}
-    decayed = [(p.dim() >= 2 and id(p) not in gains) or id(p) in projections for p in model.parameters()]
-    decay = [p for p, d in zip(model.parameters(), decayed, strict=True) if d]
-    no_decay = [p for p, d in zip(model.parameters(), decayed, strict=True) if not d]
+    projections |= {id(p) for p in gains(model)} if optim.decay_gains else set()  # decayed whatever their shape
+    decayed = [(p.dim() >= 2 and id(p) not in gain_ids) or id(p) in projections for p in params]
+    decay = [p for p, d in zip(params, decayed, strict=True) if d]
+    no_decay = [p for p, d in zip(params, decayed, strict=True) if not d]
     groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     fused = all(p.is_cuda for p in model.parameters())
     return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused or None)
@@ -59,7 +100,8 @@ def build_scheduler(
     opt: torch.optim.Optimizer, peak_lr: float, schedule: ScheduleConfig, max_steps: int, start_step: int = 0
 ) -> LRScheduler:
     """Linear warmup from ~0 to ``peak_lr`` over ``schedule.warmup_steps``, then ``schedule.decay``,
-    advanced to ``start_step``. The settings are checked by ``ScheduleConfig`` (``training.schema``).
+    advanced to ``start_step``; a group with an ``lr_scale`` (Muon's, ``training.muon.MuonAdamW``) peaks at
+    ``peak_lr * lr_scale``, on the same schedule. The settings are checked by ``ScheduleConfig`` (``training.schema``).
 
     The lr of the update after ``s`` updates (``s`` = 0, 1, ...), with W = ``warmup_steps``:
 
@@ -76,7 +118,7 @@ def build_scheduler(
     longer than the run is cut at ``max_steps`` (short smoke runs keep the preset's warmup).
     """
     for group in opt.param_groups:  # start from the configured peak, not a loaded optimizer's lr
-        group["lr"] = peak_lr
+        group["lr"] = peak_lr * group.get("lr_scale", 1.0)
         group.pop("initial_lr", None)
     warmup_steps = min(schedule.warmup_steps, max_steps)
     rest = max(max_steps - warmup_steps, 1)

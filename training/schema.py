@@ -38,6 +38,7 @@ from model.config import ModelConfig, NormConfig
 from runlog.renames import renamed_message
 from runlog.tasks import task_spec
 from telemetry.config import TelemetryConfig
+from training.muon_config import MuonConfig
 from training.qk_clip_config import QKClipConfig
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -131,12 +132,14 @@ class TrainerConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """The ``optim`` keys: AdamW's peak learning rate, betas, eps and decoupled weight decay, and the
-    z-loss coefficient (``training.step.token_losses``; 0: off), and QK-Clip (``training.qk_clip``; null: off).
+    """The ``optim`` keys: AdamW's peak learning rate, betas, eps and decoupled weight decay, the
+    z-loss coefficient (``training.step.token_losses``; 0: off), weight decay on the gains too (``decay_gains``),
+    Muon's keys (``muon``, ``training.muon.MuonConfig``; null: AdamW alone; ``training.optim.build_optimizer``) and
+    QK-Clip (``training.qk_clip``; null: off).
 
     Raises:
         ValueError: lr or eps not a finite number > 0, weight_decay < 0, betas outside [0, 1),
-            z_loss not a finite number >= 0, a bad ``qk_clip`` (``QKClipConfig``).
+            z_loss not a finite number >= 0, a bad ``muon`` key or value, a bad ``qk_clip`` (``QKClipConfig``).
     """
 
     lr: float
@@ -144,11 +147,15 @@ class OptimConfig:
     eps: float
     weight_decay: float
     z_loss: float = 0.0
+    decay_gains: bool = False
+    muon: MuonConfig | None = None
     qk_clip: QKClipConfig | None = None  # a mapping from YAML, made a QKClipConfig below
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))  # a list from YAML
         object.__setattr__(self, "qk_clip", QKClipConfig.from_value(self.qk_clip))
+        if isinstance(self.muon, dict):  # the mapping from YAML
+            object.__setattr__(self, "muon", MuonConfig.from_keys(self.muon))
         _require(self.lr > 0 and math.isfinite(self.lr), "optim.lr", self.lr, "it must be a finite number > 0")
         _require(self.eps > 0 and math.isfinite(self.eps), "optim.eps", self.eps, "it must be a finite number > 0")
         _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "it must be >= 0")
