@@ -193,15 +193,17 @@ def test_a_tau_no_head_reaches_trains_bit_identically_to_qk_clip_off():
     assert all(torch.equal(a, b) for a, b in zip(on_weights, off_weights, strict=True))
 
 
-def test_train_logs_the_clip_at_telemetry_records_and_defaults_to_off(tmp_path):
+@pytest.mark.parametrize("optim", ["adamw", "muon"])  # the clip acts on the weights after either optimizer's update
+def test_train_logs_the_clip_at_telemetry_records_and_defaults_to_off(optim, tmp_path):
     quick = ["trainer.max_steps=3", "telemetry.every=1", "trainer.eval_max_examples=8", "trainer.test_max_examples=8"]
-    cfg = make_cfg("optim.qk_clip={tau: 1.0}", *quick)
+    cfg = make_cfg(f"optim={optim}", "optim.qk_clip={tau: 1.0}", *quick)
     assert validate(cfg).optim.qk_clip == QKClipConfig(tau=1.0, alpha=0.5)
     train_module.train(cfg, tmp_path / "on")
     rows = [json.loads(line) for line in (tmp_path / "on" / "metrics.jsonl").read_text().splitlines()]
     clipped = [r for r in rows if "optim/qk_clip_count" in r]
     assert [r["step"] for r in clipped] == [1, 2, 3]
     assert all(0 < r["optim/qk_clip_min_factor"] <= 1 for r in clipped)
+    assert clipped[0]["optim/qk_clip_count"] > 0  # tau 1: the initial weights' logits exceed it (12 heads of 24 here)
     assert validate(make_cfg()).optim.qk_clip is None
 
 
