@@ -221,24 +221,21 @@ def main(cfg: DictConfig) -> None:
     # the sweep summary (training/sweep.py) lists it at the end.
     # A stopped sweep (training/sweep.py) starts no further job, and its stopped jobs return to it.
     stop = sweep_stop_file()
-    if signum := read_stop(stop):
-        print(
-            f"normlab: sweep stopped by {signal.Signals(signum).name}; {HydraConfig.get().runtime.output_dir} not started",
-            file=sys.stderr,
-        )
-        return
-    if (jobs := parallel_jobs()) > 1:  # side-by-side jobs each take their share of the cores
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
     try:
-        train(cfg)
-    except RunInterrupted as e:
-        print(f"normlab: {e}", file=sys.stderr)
-        if e.signum == slurm.requeue_signal():
-            requeue_or_say_why(e)  # returns when submitit does not requeue the job
+        if signum := read_stop(stop):
+            print(
+                f"normlab: sweep stopped by {signal.Signals(signum).name}; {HydraConfig.get().runtime.output_dir} not started",
+                file=sys.stderr,
+            )
             return
-        if stop is None:
-            sys.exit(128 + e.signum)
-        request_stop(stop, e.signum)
+        if (jobs := parallel_jobs()) > 1:  # side-by-side jobs each take their share of the cores
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
+        train(cfg)
+    except KeyboardInterrupt:  # a Ctrl-C before train() holds its run dir (inside it, train() makes it RunInterrupted)
+        hint = resume_hint(Path(HydraConfig.get().runtime.output_dir))
+        stopped(RunInterrupted(f"stopped by SIGINT; {hint}", signal.SIGINT), stop)
+    except RunInterrupted as e:
+        stopped(e, stop)
     except (ValueError, FileNotFoundError, NonFiniteLossError, RunDirBusy) as e:
         print(f"normlab: error: {e}", file=sys.stderr)
         if not in_multirun():
@@ -247,6 +244,18 @@ def main(cfg: DictConfig) -> None:
         if not in_multirun():
             raise
         print(f"normlab: job failed: {type(e).__name__}: {e} (traceback in error.log of the job dir)", file=sys.stderr)
+
+
+def stopped(e: RunInterrupted, stop: Path | None) -> None:
+    """Say how a run stopped by a signal goes on; then SLURM's requeue signal hands the job to submitit, a stopped job of
+    a local sweep tells its sweep (which starts no further job), and a single run exits with status 128 + signal."""
+    print(f"normlab: {e}", file=sys.stderr)
+    if e.signum == slurm.requeue_signal():
+        requeue_or_say_why(e)  # returns when submitit does not requeue the job
+        return
+    if stop is None:
+        sys.exit(128 + e.signum)
+    request_stop(stop, e.signum)
 
 
 def requeue_or_say_why(e: RunInterrupted) -> None:

@@ -184,6 +184,26 @@ def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_pat
     assert "already finished at step 60; skipped" in again.stdout and "1 job: 1 finished" in again.stdout
 
 
+def test_ctrl_c_before_the_run_dir_is_held_is_one_line_and_exits_130(tmp_path):
+    # The test below sends SIGINT once Hydra has written the job's overrides; on a loaded machine it once landed in
+    # train() before its handler (in distributed.rank()) and printed a traceback. Here it lands there every time.
+    run_dir = tmp_path / "run"
+    script = (  # train.py as its own __main__ (Hydra finds conf/ beside it), with a Ctrl-C as it takes its run dir's lock
+        "import runpy, sys\n"
+        "import runlog.lock\n"
+        "def ctrl_c(run_dir): raise KeyboardInterrupt\n"
+        "runlog.lock.run_dir_lock = ctrl_c\n"
+        f"sys.argv = ['train.py', *{SMOKE!r}, 'hydra.run.dir={run_dir}']\n"
+        f"runpy.run_path({str(ROOT / 'train.py')!r}, run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 128 + signal.SIGINT and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert [line for line in done.stderr.splitlines() if line.startswith("normlab:")] == [
+        f"normlab: stopped by SIGINT; nothing to resume (no checkpoint yet); rerun with: python train.py {' '.join(SMOKE)} "
+        f"hydra.run.dir={run_dir}"
+    ]
+
+
 def test_ctrl_c_during_start_up_is_one_line_and_exits_130(tmp_path):
     # a SIGINT before the loop once printed a KeyboardInterrupt traceback and no resume line.
     run_dir = tmp_path / "run"
