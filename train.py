@@ -220,9 +220,9 @@ def main(cfg: DictConfig) -> None:
     # sweep no failure stops the other jobs: the job's status.json and error.log record it, and
     # the sweep summary (training/sweep.py) lists it at the end.
     # A stopped sweep (training/sweep.py) starts no further job, and its stopped jobs return to it.
-    stop = sweep_stop_file()
+    stop = None
     try:
-        if signum := read_stop(stop):
+        if signum := read_stop(stop := sweep_stop_file()):
             print(
                 f"normlab: sweep stopped by {signal.Signals(signum).name}; {HydraConfig.get().runtime.output_dir} not started",
                 file=sys.stderr,
@@ -233,7 +233,7 @@ def main(cfg: DictConfig) -> None:
         train(cfg)
     except KeyboardInterrupt:  # a Ctrl-C before train() holds its run dir (inside it, train() makes it RunInterrupted)
         hint = resume_hint(Path(HydraConfig.get().runtime.output_dir))
-        stopped(RunInterrupted(f"stopped by SIGINT; {hint}", signal.SIGINT), stop)
+        stopped(RunInterrupted(f"stopped by SIGINT; {hint}", signal.SIGINT), stop or sweep_stop_file())
     except RunInterrupted as e:
         stopped(e, stop)
     except (ValueError, FileNotFoundError, NonFiniteLossError, RunDirBusy) as e:
@@ -287,5 +287,8 @@ if __name__ == "__main__":
     distributed.init_from_env()
     try:
         main()
+    except KeyboardInterrupt:  # a Ctrl-C in Hydra's own start-up, before main() runs: one line, no traceback
+        print("normlab: stopped by SIGINT before the run started; rerun the same command", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
     finally:
         distributed.shutdown()

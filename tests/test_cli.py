@@ -185,8 +185,8 @@ def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_pat
 
 
 def test_ctrl_c_before_the_run_dir_is_held_is_one_line_and_exits_130(tmp_path):
-    # The test below sends SIGINT once Hydra has written the job's overrides; on a loaded machine it once landed in
-    # train() before its handler (in distributed.rank()) and printed a traceback. Here it lands there every time.
+    # The test below sends SIGINT once Hydra has written the job's overrides; on a loaded machine it landed before
+    # train()'s handler (in distributed.rank(), in sweep_stop_file()) and printed a traceback. Here it lands there.
     run_dir = tmp_path / "run"
     script = (  # train.py as its own __main__ (Hydra finds conf/ beside it), with a Ctrl-C as it takes its run dir's lock
         "import runpy, sys\n"
