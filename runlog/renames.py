@@ -36,6 +36,8 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.alpha_init_ffn": 0.5,
     "norm.alpha_init_final": 0.5,
     "norm.learned_embed_scale": False,  # the fixed sqrt(d_model) embedding factor
+    "optim.decay_gains": False,  # weight decay on matrices only, never on a gain
+    "optim.qk_clip": None,  # no QK-Clip
 }
 
 
