@@ -268,7 +268,7 @@ def test_a_config_saved_with_the_old_names_reads_with_the_new_ones():
                        "knobs": {"powernorm": {"warmup_iters": 10000, "group_num": 1}}, "gain": "plain", "qk_scope": "head",
                        "gpas": False, "hc": None,
                        "alpha_init_attn": 0.5, "alpha_init_ffn": 0.5, "alpha_init_final": 0.5, "learned_embed_scale": False},
-              "optim": {"lr": 1e-3, "z_loss": 0.0}}  # fmt: skip
+              "optim": {"lr": 1e-3, "z_loss": 0.0, "decay_gains": False, "qk_clip": None}}  # fmt: skip
     assert with_current_names(old_run) == filled
 
 
