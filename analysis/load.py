@@ -161,6 +161,8 @@ def _add_row(row: dict[str, Any], series: dict, raw: dict) -> None:
             series.setdefault(key, []).append((step, finite(value)))
         elif m.layer is None or (value := finite(value)) is None:  # a stack site (embed, final_norm): no depth
             continue
+        elif m.head is not None:  # one head's max logit: the report charts each attention's, the max over its heads
+            continue
         elif attr := PROFILES.get((m.family, m.site, m.stat)) or SITE_PROFILES.get((m.family, m.stat)):
             _keep(raw[attr], step, m, value, last_only=attr in LAST_RECORD_ONLY)
 

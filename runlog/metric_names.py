@@ -5,7 +5,8 @@ Names (stable; docs/telemetry.md), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a
 - ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
   ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest, kurtosis at every site; token_cos at ``out`` only and
   saturation at norm sites only: ``ACT_STAT_SITES``, :func:`act_stats`);
-- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/{ratio|adam_rms}``, ``attn/{s}.{i}.{self_attn|cross_attn}/{entropy|max_logit}``;
+- ``grad/{s}.{i}/norm``, ``update/{s}.{i}/{ratio|adam_rms}``, ``update/{s}.{i}.{m}/{rms|ratio}`` (``{m}`` as in ``weight/``),
+  ``attn/{s}.{i}.{self_attn|cross_attn}/{entropy|max_logit}``, head k's ``attn/{s}.{i}.{a}.h{k}/max_logit`` (no other has a head);
 - ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``, ``{m}`` a block matrix (``WEIGHT_SITES``: ``self_attn.q``,
   ``cross_attn.out``, ``ffn.in``, ... = :func:`matrix_site` of a residual and a ``linear_roles()`` role);
 - ``scale/{s}.{i}.{site}/{stat}``, a learned scale: a norm's parameters at ``{r}.{slot}`` or ``{a}.{h}``
@@ -94,7 +95,7 @@ RESIDUAL_NORM_SITES = tuple(f"{r}.{slot}" for r in RESIDUALS for slot in NORM_SL
 FAMILY_STATS = {
     "act": STATS,
     "grad": ("norm",),
-    "update": ("ratio", "adam_rms"),
+    "update": ("ratio", "adam_rms", "rms"),
     "attn": ("entropy", "max_logit"),
     "weight": WEIGHT_STATS,
     "scale": SCALE_STATS,
@@ -104,12 +105,14 @@ FAMILY_STATS = {
     "hc": ("fwd_gain", "bwd_gain"),
 }
 # the block sites of each family beside act; others: no site
-_BLOCK_SITES_OF = {"attn": ATTENTIONS, "weight": WEIGHT_SITES, "scale": tuple(SCALE_SITE_STATS), "bstat": RESIDUAL_NORM_SITES}
+_BLOCK_SITES_OF = {"attn": ATTENTIONS, "update": (None, *WEIGHT_SITES), "weight": WEIGHT_SITES}
+_BLOCK_SITES_OF |= {"scale": tuple(SCALE_SITE_STATS), "bstat": RESIDUAL_NORM_SITES}
 FAMILIES = tuple(FAMILY_STATS)
 STACKLESS = ("out", "optim")  # families of the whole model: ``{family}/{stat}``, no stack, layer or site
 DEPTH_CHART = "act/rms_vs_depth"  # the wandb chart of RMS vs depth (not a statistic: parses to None)
 
-_NAME = re.compile(r"(?P<family>\w+)/(?:(?P<stack>[a-z]+)(?:\.(?P<layer>0|[1-9]\d*))?(?:\.(?P<site>[a-z_.]+))?/)?(?P<stat>\w+)")
+_MIDDLE = r"(?P<stack>[a-z]+)(?:\.(?P<layer>0|[1-9]\d*))?(?:\.(?P<site>[a-z_.]+))?(?:\.h(?P<head>0|[1-9]\d*))?"
+_NAME = re.compile(rf"(?P<family>\w+)/(?:{_MIDDLE}/)?(?P<stat>\w+)")
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,10 @@ class Metric:
         layer: the block index; None for the stack sites ``embed`` and ``final_norm`` and for ``STACKLESS``.
         site: an act site (``STACK_SITES`` or ``BLOCK_SITES``), the attention of an ``attn``
             metric, a ``WEIGHT_SITES`` matrix, a ``SCALE_SITE_STATS`` site, a ``RESIDUAL_NORM_SITES`` slot
-            or ``final_norm`` (``bstat``), or None (``grad``, ``update``, ``STACKLESS``).
+            or ``final_norm`` (``bstat``), a ``WEIGHT_SITES`` matrix or None (``update``), or None (``grad``,
+            ``STACKLESS``).
         stat: one of ``FAMILY_STATS[family]``.
+        head: the head index of an ``attn`` ``max_logit``, else None.
 
     Raises:
         ValueError: a field outside its valid values (the message names the field and the valid ones).
@@ -134,16 +139,19 @@ class Metric:
     layer: int | None = None
     site: str | None = None
     stat: str = ""  # always given (an empty stat is refused); the default only lets it follow the optional fields
+    head: int | None = None
 
     def __post_init__(self) -> None:
         _check("family", self.family, FAMILIES)
         _check("stat", self.stat, FAMILY_STATS[self.family])
+        if self.head is not None and not (self.family == "attn" and self.stat == "max_logit" and _index(self.head)):
+            raise ValueError(f"a metric head must be an integer >= 0 of an attn max_logit, got {self.head!r} for {self.stat}")
         if self.family in STACKLESS:
             for field in ("stack", "layer", "site"):
                 _check(field, getattr(self, field), (None,))
             return
         _check("stack", self.stack, STACKS)
-        if self.layer is not None and (not isinstance(self.layer, int) or self.layer < 0):
+        if self.layer is not None and not _index(self.layer):
             raise ValueError(f"metric layer must be an integer >= 0 or None, got {self.layer!r}")
         if self.family == "act":
             _check("site", self.site, STACK_SITES if self.layer is None else BLOCK_SITES)
@@ -159,6 +167,8 @@ class Metric:
         if self.layer is None:
             raise ValueError(f"a {self.family} metric needs a layer, got None")
         _check("site", self.site, _BLOCK_SITES_OF.get(self.family, (None,)))
+        if self.family == "update":  # a block's ratio and Adam RMS; a matrix's update RMS and ratio
+            _check(f"stat at {self.site}", self.stat, ("ratio", "adam_rms") if self.site is None else ("rms", "ratio"))
         if self.family == "scale":  # a temperature belongs to an attention, a gain to a norm or a gate
             assert self.site is not None  # checked against the scale sites just above
             _check(f"stat at {self.site}", self.stat, SCALE_SITE_STATS[self.site])
@@ -170,6 +180,7 @@ class Metric:
         if self.stack is None:
             return None
         parts = [self.stack, *([] if self.layer is None else [str(self.layer)]), *([] if self.site is None else [self.site])]
+        parts += [] if self.head is None else [f"h{self.head}"]
         return ".".join(parts)
 
     @property
@@ -184,6 +195,10 @@ class Metric:
         return None if self.layer is None else f"{self.stack}.{self.layer}"
 
 
+def _index(value: object) -> bool:  # a layer or head index
+    return isinstance(value, int) and value >= 0
+
+
 def _check(field: str, value: object, valid: tuple) -> None:
     if value not in valid:
         raise ValueError(f"unknown metric {field} {value!r}; valid: {', '.join(map(str, valid))}")
@@ -195,9 +210,9 @@ def parse(name: str) -> Metric | None:
     m = _NAME.fullmatch(name)
     if m is None:
         return None
-    layer = None if m["layer"] is None else int(m["layer"])
+    layer, head = (None if m[k] is None else int(m[k]) for k in ("layer", "head"))
     try:
-        return Metric(m["family"], m["stack"], layer, m["site"], m["stat"])
+        return Metric(m["family"], m["stack"], layer, m["site"], m["stat"], head)
     except ValueError:
         return None
 
@@ -254,6 +269,11 @@ def update_ratio(stack: str, layer: int) -> Metric:
     return Metric("update", stack, layer, stat="ratio")
 
 
+def matrix_update(stack: str, layer: int, matrix: str, stat: str) -> Metric:
+    """``update/{stack}.{layer}.{matrix}/{stat}``, ``matrix`` in ``WEIGHT_SITES``, ``stat`` ``rms`` or ``ratio``."""
+    return Metric("update", stack, layer, matrix, stat)
+
+
 def adam_rms(stack: str, layer: int) -> Metric:
     """``update/{stack}.{layer}/adam_rms``."""
     return Metric("update", stack, layer, stat="adam_rms")
@@ -297,9 +317,9 @@ def learned_scale(stack: str, layer: int, site: str, stat: str) -> Metric:
     return Metric("scale", stack, layer, site, stat)
 
 
-def attn_max_logit(stack: str, layer: int, attention: str) -> Metric:
-    """``attn/{stack}.{layer}.{attention}/max_logit``."""
-    return Metric("attn", stack, layer, attention, "max_logit")
+def attn_max_logit(stack: str, layer: int, attention: str, head: int | None = None) -> Metric:
+    """``attn/{stack}.{layer}.{attention}/max_logit``, or with ``head`` that head's ``attn/.../{attention}.h{head}/max_logit``."""
+    return Metric("attn", stack, layer, attention, "max_logit", head)
 
 
 def batch_stat_dist(stack: str, layer: int | None, site: str, statistic: str) -> Metric:

@@ -2,7 +2,8 @@
 
 ``attn/{s}.{i}.{a}/entropy``: the softmax entropy in nats of each real query's row, mean over heads and
 real queries; ``attn/{s}.{i}.{a}/max_logit``: the largest logit over heads, real queries and the keys
-they see (``{a}``: ``self_attn`` or ``cross_attn``). Both come from one
+they see (``{a}``: ``self_attn`` or ``cross_attn``), and ``attn/{s}.{i}.{a}.h{k}/max_logit`` head k's, the
+S_h that QK-Clip compares with tau (``training.qk_clip``). All come from one
 :meth:`model.attention.MultiHeadAttention.logits` per attention and step, fed the q and k that SDPA
 received (hooks on the attention's ``q_tap`` and ``k_tap``) and the key padding mask the attention was
 called with, so the scale (q.k / sqrt(K), or g * cos(q, k) with l2 QK-norm), the masks and the KV cache
@@ -63,7 +64,10 @@ class AttentionStats:
         def on_logits(logit: torch.Tensor) -> None:
             top = logit.amax(-1, keepdim=True)  # (B, H, T, 1): each query sees a real key, so a real logit
             if self.cfg.attn_max_logit:
-                self.stats[attn_max_logit(stack, i, r).name] = head_max_logits(top.squeeze(-1), queries).amax()
+                heads = head_max_logits(top.squeeze(-1), queries)
+                self.stats[attn_max_logit(stack, i, r).name] = heads.amax()
+                for h, value in enumerate(heads.unbind()):
+                    self.stats[attn_max_logit(stack, i, r, h).name] = value
             if self.cfg.attn_entropy:
                 self.stats[attn_entropy(stack, i, r).name] = _mean_entropy(logit - top, queries)
 

@@ -1,7 +1,9 @@
 """What one optimizer step did and the AdamW state it left, per block.
 
-- ``update/{s}.{i}/ratio``: ||w_after - w_before|| / ||w_before|| over block i's parameters, of one step
-  (:meth:`OptimizerStats.watch_update`, around ``optimizer.step()``; copies the weights before it).
+- ``update/{s}.{i}/ratio``: ||w_after - w_before|| / ||w_before|| over block i's parameters, of one step, and
+  ``update/{s}.{i}.{m}/rms`` and ``.../ratio`` per block matrix m (RMS of W_after - W_before; ||W_after - W_before||_F
+  / ||W_before||_F) under either optimizer (:meth:`OptimizerStats.watch_update`, around ``optimizer.step()``; copies
+  the weights before it).
 - ``update/{s}.{i}/adam_rms`` and ``optim/below_eps``: from AdamW's moments after the step
   (:meth:`OptimizerStats.record_adam`).
 
@@ -14,7 +16,7 @@ from contextlib import contextmanager
 import torch
 
 from model.transformer import EncoderDecoder
-from runlog.metric_names import adam_below_eps, adam_rms, update_ratio
+from runlog.metric_names import RESIDUALS, adam_below_eps, adam_rms, matrix_site, matrix_update, update_ratio
 from telemetry.config import TelemetryConfig
 from telemetry.core import DeviceStats, blocks
 
@@ -29,11 +31,21 @@ class OptimizerStats:
 
     @contextmanager
     def watch_update(self) -> Iterator[None]:
-        """Around ``optimizer.step()``: record ||w_after - w_before|| / ||w_before|| per block (``cfg.updates``)."""
+        """Around ``optimizer.step()`` (``cfg.updates``): record ||w_after - w_before|| / ||w_before|| per block, and
+        per block matrix (``linear_roles()``, as ``weight/``) the update's RMS, sqrt(mean (W_after - W_before)^2), and
+        its ratio to the weight, ||W_after - W_before||_F / ||W_before||_F = RMS(update) / RMS(W_before). The update
+        includes the weight decay. Under Muon with ``adjust_lr_fn=match_rms_adamw`` an (A, B) matrix moves by
+        0.2 sqrt(max(A, B)) lr O (Moonlight, arXiv 2502.16982, sec. 2.2), O the orthogonalized momentum, whose RMS is
+        the quadratic mean of its min(A, B) singular values over sqrt(max(A, B)): the update's RMS is 0.2 lr times that
+        mean, 0.2 lr if O were orthogonal; Newton-Schulz leaves the singular values below about 1.25 and a gradient
+        of low rank some far below 1. Under AdamW the first step's RMS is about lr (each coordinate moves by
+        lr g / (|g| + eps)). tests/test_updates.py checks both.
+        QK-Clip's rescaling (``optim.qk_clip``) comes after, outside the update measured."""
         if not self.cfg.updates:
             yield
             return
         before = {(stack, i): [p.detach().clone() for p in layer.parameters()] for stack, i, layer in blocks(self.model)}
+        matrices = {site: w.detach().clone() for site, w in self._matrices()}  # W itself, also when weight-normalized
         yield
         with torch.no_grad():
             for stack, i, layer in blocks(self.model):
@@ -41,6 +53,18 @@ class OptimizerStats:
                 delta = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p - b) for p, b in pairs]))
                 weight = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b) for b in before[stack, i]]))
                 self.stats[update_ratio(stack, i).name] = delta / weight
+            for (stack, i, site), w in self._matrices():
+                change, old = w - matrices[stack, i, site], matrices[stack, i, site]
+                self.stats[matrix_update(stack, i, site, "rms").name] = change.square().mean().sqrt()
+                ratio = torch.linalg.vector_norm(change) / torch.linalg.vector_norm(old)
+                self.stats[matrix_update(stack, i, site, "ratio").name] = ratio
+
+    def _matrices(self) -> Iterator[tuple[tuple[str, int, str], torch.Tensor]]:
+        """((stack, block, ``WEIGHT_SITES`` matrix), its weight W (out, in)) of every block matrix, in depth order."""
+        for stack, i, layer in blocks(self.model):
+            for r in (r for r in RESIDUALS if hasattr(layer, r)):
+                for role, linear in getattr(layer, r).branch.linear_roles().items():
+                    yield (stack, i, matrix_site(r, role)), linear.weight
 
     @torch.no_grad()
     def record_adam(self, opt: torch.optim.Optimizer) -> None:

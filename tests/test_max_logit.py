@@ -61,14 +61,11 @@ def test_max_logit_of_fixed_q_and_k_leaves_out_padding_and_future_keys():
                        (model.decoder[0].cross_attn, cross_q, cross_k)):  # fmt: skip
         attn.branch.q_tap, attn.branch.k_tap = Fixed(along_first_feature(q)), Fixed(along_first_feature(k))
     stats = attention_max_logits(model, src, tgt_in)
-    assert stats == pytest.approx(
-        {
-            "attn/enc.0.self_attn/max_logit": 6 / math.sqrt(K),
-            "attn/dec.0.self_attn/max_logit": 2 / math.sqrt(K),
-            "attn/dec.0.cross_attn/max_logit": 4 / math.sqrt(K),
-        },
-        rel=1e-6,
-    )
+    # each attention's max over heads, and each head's: 1 where only the ones are real
+    per_head = {"enc.0.self_attn": [1, 1, 6, 1], "dec.0.self_attn": [2, 2, 2, 2], "dec.0.cross_attn": [1, 4, 1, 1]}
+    expected = {f"attn/{a}/max_logit": max(v) / math.sqrt(K) for a, v in per_head.items()}
+    expected |= {f"attn/{a}.h{h}/max_logit": x / math.sqrt(K) for a, v in per_head.items() for h, x in enumerate(v)}
+    assert stats == pytest.approx(expected, rel=1e-6)
 
 
 def heads(t: torch.Tensor) -> torch.Tensor:
@@ -134,4 +131,4 @@ def test_entropy_and_max_logit_come_from_one_score_computation_and_equal_each_al
             model(src, tgt_in)
     together = tele.collect()
     alone = {**attention_max_logits(model, src, tgt_in), **attention_max_logits(model, src, tgt_in, entropy)}
-    assert together == alone and len(together) == 2 * 6  # 2 statistics x 6 attentions
+    assert together == alone and len(together) == 6 * (2 + 4)  # 6 attentions: entropy, max logit, 4 heads' max logits

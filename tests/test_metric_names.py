@@ -36,6 +36,7 @@ from runlog.metric_names import (
     learned_scale,
     matrix_role,
     matrix_site,
+    matrix_update,
     n_enc_layers_seen,
     output_logits,
     parse,
@@ -60,7 +61,8 @@ def every_metric() -> list[Metric]:
             metrics += [attn_entropy(stack, layer, a) for a in ATTENTIONS]
             metrics += [weight_spectrum(stack, layer, m, stat) for m in WEIGHT_SITES for stat in WEIGHT_STATS]
             metrics += [learned_scale(stack, layer, site, stat) for site, stats in SCALE_SITE_STATS.items() for stat in stats]
-            metrics += [attn_max_logit(stack, layer, a) for a in ATTENTIONS]
+            metrics += [attn_max_logit(stack, layer, a, head) for a in ATTENTIONS for head in (None, 0, 3, 10)]
+            metrics += [matrix_update(stack, layer, m, stat) for m in WEIGHT_SITES for stat in ("rms", "ratio")]
             metrics += [batch_stat_dist(stack, layer, site, s) for site in RESIDUAL_NORM_SITES for s in BATCH_STATISTICS]
     return metrics
 
@@ -83,6 +85,10 @@ def test_names_are_the_documented_strings():
     assert learned_scale("enc", 1, "ffn.gate", "alpha").name == "scale/enc.1.ffn.gate/alpha"
     assert learned_scale("dec", 0, "self_attn", "temperature").name == "scale/dec.0.self_attn/temperature"
     assert attn_max_logit("enc", 0, "self_attn").name == "attn/enc.0.self_attn/max_logit"
+    assert attn_max_logit("dec", 1, "cross_attn", 3).name == "attn/dec.1.cross_attn.h3/max_logit"
+    assert attn_max_logit("dec", 1, "cross_attn", 3).where == "dec.1.cross_attn.h3"
+    assert matrix_update("enc", 1, "self_attn.q", "rms").name == "update/enc.1.self_attn.q/rms"
+    assert matrix_update("dec", 0, "ffn.out", "ratio").name == "update/dec.0.ffn.out/ratio"
     assert output_logits("logz").name == "out/logz" and output_logits("max_logit").name == "out/max_logit"
     assert site_name("enc", 0, "ffn.norm_in") == "enc.0.ffn.norm_in" and site_name("dec", None, "final_norm") == "dec.final_norm"
     assert act("dec", 1, "cross_attn.k_norm", "rms").where == "dec.1.cross_attn.k_norm" and output_logits("logz").where is None
@@ -140,6 +146,12 @@ def test_every_name_of_every_family_parses_back_to_its_metric():
         "optim/grad_norm",
         "optim/enc.0/below_eps",  # below_eps is the whole optimizer's
         "update/enc.0.ffn/adam_rms",
+        "update/enc.0.ffn.in/adam_rms",  # Adam's RMS is a block's; a matrix has rms and ratio
+        "update/enc.0/rms",
+        "attn/enc.0.self_attn.h01/max_logit",  # not how a head is written
+        "attn/enc.0.self_attn.h1/entropy",  # only the max logit is per head
+        "attn/enc.0.h1/max_logit",  # a head belongs to an attention
+        "act/enc.0.out.h1/rms",
         "act/enc.0.in/token_cos",  # token_cos: block outputs only
         "act/enc.embed/saturation",  # saturation: norm sites only
         "act/dec.1.ffn/saturation",
@@ -171,6 +183,12 @@ def test_a_bad_metric_is_a_one_line_error_naming_the_field():
         weight_spectrum("enc", 0, "ffn.q", "sigma_max")
     with pytest.raises(ValueError, match="layer must be an integer >= 0"):
         Metric("grad", "enc", -1, stat="norm")
+    with pytest.raises(ValueError, match="a metric head must be an integer >= 0 of an attn max_logit, got 0 for entropy"):
+        Metric("attn", "enc", 0, "self_attn", "entropy", 0)
+    with pytest.raises(ValueError, match="metric head must be an integer >= 0 of an attn max_logit, got -1 for max_logit"):
+        attn_max_logit("enc", 0, "self_attn", -1)
+    with pytest.raises(ValueError, match="unknown metric stat at ffn.in 'adam_rms'; valid: rms, ratio$"):
+        matrix_update("enc", 0, "ffn.in", "adam_rms")
     with pytest.raises(ValueError, match="unknown metric stat 'entropy'; valid: logz, max_logit"):
         output_logits("entropy")
     with pytest.raises(ValueError, match="unknown metric stack 'dec'; valid: None"):

@@ -142,7 +142,7 @@ SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "logits", "wei
 
 def test_docs_metric_names_table_is_what_each_group_records():
     rows = [[c.strip("`") for c in row] for row in doc_table("recorded by")]
-    assert len(rows) == 24
+    assert len(rows) == 26
     # Between them, every kind of site: q/k/v norms, residual gates, an l2 QK-norm temperature, closing norms, GPAS gates,
     # batch-reading norms (PowerNorm in the encoder, BatchNorm in the decoder).
     models = [make("sandwich", qk="rmsnorm", v="layernorm"), make("layerscale", qk="l2"), make("post", gpas=True),

@@ -80,7 +80,7 @@ def train_steps(model: EncoderDecoder, every: int, steps: int = 4) -> tuple[list
 def doc_pattern(pattern: str) -> re.Pattern:
     """A name pattern of the docs table (``act/{s}.{i}.in/{stat}``) as a regex."""
     fields = {"s": "enc|dec", "i": r"\d+", "r": "self_attn|cross_attn|ffn", "slot": "norm_in|norm_branch|norm_out",
-              "a": "self_attn|cross_attn", "h": "q_norm|k_norm|v_norm", "m": "|".join(map(re.escape, WEIGHT_SITES)),
+              "a": "self_attn|cross_attn", "h": "q_norm|k_norm|v_norm", "k": r"\d+", "m": "|".join(map(re.escape, WEIGHT_SITES)),
               "stat": "|".join(stat for stats in FAMILY_STATS.values() for stat in stats)}  # fmt: skip
     return re.compile(re.sub(r"\\{(\w+)\\}", lambda m: f"({fields[m.group(1)]})", re.escape(pattern.strip("`"))))
 
