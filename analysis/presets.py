@@ -107,6 +107,33 @@ def preset_of(label: str) -> str | None:
 
 
 @cache
+def optim_preset_keys(name: str) -> dict[str, Any]:
+    """The flattened optim keys (``optim.muon.momentum`` -> 0.95, ...) Hydra composes for ``optim=<name>``, resolved."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"optim={name}"])
+    return flatten({"optim": OmegaConf.to_container(cfg.optim, resolve=True)})
+
+
+def study_name(label: str) -> str | None:
+    """An LR family's name in a study: its norm preset (:func:`preset_of`), followed by its optimizer preset (a file of
+    ``conf/optim/``) when the label holds ``optim.*`` keys (a study with the optimizer as a factor: ``pre_ln muon``).
+    The optimizer preset is the one whose composed keys (:func:`optim_preset_keys`) hold each of the label's
+    ``optim.*`` pairs, ``?`` (a key the run's config lacks) where the preset lacks the key. None when either preset
+    is not found, or not alone."""
+    norm = preset_of(label)
+    optim = {k: v for k, v in label_pairs(stored_label(label)).items() if k.startswith("optim.")} if norm else {}
+    if not optim:
+        return norm
+
+    def fits(name: str) -> bool:
+        keys = optim_preset_keys(name)
+        return all((v == "?" and k not in keys) or (k in keys and str(keys[k]) == v) for k, v in optim.items())
+
+    found = [name for name in sorted(p.stem for p in (CONF / "optim").glob("*.yaml")) if fits(name)]
+    return f"{norm} {found[0]}" if len(found) == 1 else None
+
+
+@cache
 def _base_keys() -> dict[str, Any]:
     """The values of norm keys older runs lack: ``conf/norm_base.yaml``'s, flattened under ``norm.``, with each key
     added since (``runlog.renames.ADDED``) at the value the old code ran under."""

@@ -17,7 +17,7 @@ from analysis.lrs import (
     study_from_cells,
 )
 from analysis.paired import delta_text
-from analysis.presets import preset_of, shown_label, stored_label
+from analysis.presets import shown_label, stored_label, study_name
 from reporting.tables import params_columns
 
 CELL_COLUMNS = ("family", "seed", "lr", "final_val_loss", "init_loss", "state")  # what study_from_cells reads
@@ -188,7 +188,8 @@ def rebuild_lrs_csv(
     ``lr_sensitivity.csv``) alone, compared with the family labelled ``baseline`` if given
     (:func:`analysis.lrs.study_from_cells`, :func:`family_rows`, :func:`seed_rows`), making ``out``'s folder if
     needed; returns ``out``. With ``by_preset`` each file's families are first relabelled by the norm preset they name
-    (:func:`analysis.presets.preset_of`: ``pre_ln`` for a long ``norm.placement=pre ...``), and the relabelled cells
+    (:func:`analysis.presets.study_name`: ``pre_ln`` for a long ``norm.placement=pre ...``; ``pre_ln muon`` where the
+    label also sets ``optim.*`` keys, a study with the optimizer as a factor), and the relabelled cells
     (of the kept families, every file's) are written beside ``out`` too, as ``lr_sensitivity.csv``; ``baseline`` and
     ``families`` then name presets. With ``families``, the other families' rows are dropped.
 
@@ -244,8 +245,8 @@ def _by_preset(rows: list[dict[str, str]], cells_csv: Path, relabelled: Path) ->
         raise ValueError(f"--by-preset writes the relabelled cells to {relabelled}, its input: give an --out in another folder")
     names: dict[str, str] = {}
     for label in dict.fromkeys(r["family"] for r in rows):
-        if (name := preset_of(label)) is None:
-            raise ValueError(f"family {label!r} names no single norm preset (none or several fit its keys)")
+        if (name := study_name(label)) is None:
+            raise ValueError(f"family {label!r} names no single norm preset, or optimizer preset (none or several fit its keys)")
         if name in names.values():
             raise ValueError(f"families {label!r} and {next(k for k, v in names.items() if v == name)!r} both name preset {name}")
         names[label] = name

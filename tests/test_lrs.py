@@ -14,7 +14,7 @@ from analysis.csvs import write_csv
 from analysis.load import ReportError, load_runs
 from analysis.lr_panels import lr_panels
 from analysis.lrs import Family, capped_loss, final_loss_of, init_loss_of, lr_sensitivity, lr_study, lrs_versus
-from analysis.presets import preset_of
+from analysis.presets import preset_of, study_name
 from analysis.runs import Run
 from analysis.stats import t_interval
 from reporting import figures as report_figures
@@ -526,6 +526,24 @@ def test_report_lrs_takes_a_family_label_as_the_page_spells_it(tmp_path: Path) -
     baseline = "norm.placement=pre norm.kind=layernorm norm.qk=null"  # the page shows null; the CSVs hold None
     assert report_lrs.main([str(results / "lr_sensitivity.csv"), "--out", str(tmp_path / "lrs.csv"), "--baseline", baseline]) == 0
     assert (tmp_path / "lrs.csv").read_text() == (results / "lrs.csv").read_text()
+
+
+def test_a_study_with_the_optimizer_as_a_factor_names_each_family_by_both_presets() -> None:
+    # the labels of a sweep over norm=pre_ln,pre_ln_qk x optim=adamw,muon,muon_qk_clip, as its report wrote them
+    muon = ("optim.muon.adjust_lr_fn={} optim.muon.lr_scale=1 optim.muon.momentum=0.95 optim.muon.nesterov=True "
+            "optim.muon.ns_coefficients=(3.4445, -4.775, 2.0315) optim.muon.ns_steps=5")  # fmt: skip
+    absent = "optim.muon.adjust_lr_fn=? optim.muon.lr_scale=? optim.muon.momentum=? optim.muon.nesterov=? " \
+             "optim.muon.ns_coefficients=? optim.muon.ns_steps=?"  # fmt: skip
+    no_clip, clip = (
+        "optim.qk_clip=None optim.qk_clip.alpha=? optim.qk_clip.tau=?",
+        "optim.qk_clip=? optim.qk_clip.alpha=0.5 optim.qk_clip.tau=100",
+    )
+    assert study_name(f"norm.qk=None {absent} {no_clip}") == "pre_ln adamw"
+    assert study_name(f"norm.qk=layernorm {muon.format('match_rms_adamw')} {no_clip}") == "pre_ln_qk muon"
+    assert study_name(f"norm.qk=None {muon.format('match_rms_adamw')} {clip}") == "pre_ln muon_qk_clip"
+    assert study_name(f"norm.qk=None {muon.format('original')} {no_clip}") is None  # no optim preset sets it
+    assert study_name("norm.placement=pre norm.kind=derf") == "pre_derf"  # no optim key: the norm preset alone
+    assert study_name("norm.kind=nosuchkind optim.qk_clip=None") is None
 
 
 def test_families_are_relabelled_by_the_norm_preset_their_keys_name(tmp_path: Path) -> None:
