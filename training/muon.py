@@ -2,7 +2,7 @@
 
 Muon (Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/; torch's ``torch.optim.Muon``) replaces a
 matrix's momentum update by the nearest semi-orthogonal matrix, approximated by 5 Newton-Schulz iterations in
-bfloat16. It is meant for the hidden layers' 2-D weights only: Keller Jordan's KellerJordan/Muon (``muon.py``,
+bfloat16 (on a CPU normlab runs them in float32 by default: ``optim.muon.ns_dtype``, :func:`newton_schulz_in`). It is meant for the hidden layers' 2-D weights only: Keller Jordan's KellerJordan/Muon (``muon.py``,
 ``MuonWithAuxAdam``'s docstring) and Moonshot's MoonshotAI/Moonlight (Liu et al. 2025, "Muon is Scalable for LLM
 Training", arXiv 2502.16982; the repository's ``examples/toy_train.py``, ``get_optimizer``) both train the
 embeddings, the output head and every 1-D parameter with AdamW. normlab follows Keller Jordan's rule, the 2-D weights
@@ -11,9 +11,12 @@ picks the same matrices in the default model, and would also give Muon the hyper
 normlab keeps on AdamW (:func:`hidden_matrices`).
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
+import torch.optim._muon as torch_muon
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -51,10 +54,16 @@ class MuonAdamW(torch.optim.Optimizer):
     Args:
         muon: the Muon over the hidden matrices; each group has an ``lr_scale`` entry.
         adamw: the AdamW over every other parameter.
+        ns_dtype: ``optim.muon.ns_dtype``: the Newton-Schulz iteration's dtype (``bfloat16``, ``float32``, ``auto``:
+            float32 when the matrices are on a CPU), :func:`newton_schulz_in`.
     """
 
-    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW) -> None:
+    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW, ns_dtype: str = "auto") -> None:
         self.muon, self.adamw = muon, adamw
+        on_cpu = all(p.device.type == "cpu" for g in muon.param_groups for p in g["params"])
+        self.ns_dtype = {"auto": torch.float32 if on_cpu else torch.bfloat16, "bfloat16": torch.bfloat16}.get(
+            ns_dtype, torch.float32
+        )
         self.lr_scales = [g["lr_scale"] for g in muon.param_groups]
         super().__init__([*adamw.param_groups, *muon.param_groups], {})
 
@@ -65,7 +74,8 @@ class MuonAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self.muon.step()
+        with newton_schulz_in(self.ns_dtype):
+            self.muon.step()
         self.adamw.step()
         return loss
 
@@ -90,3 +100,47 @@ class MuonAdamW(torch.optim.Optimizer):
         for group, scale in zip(self.muon.param_groups, self.lr_scales, strict=True):
             group["lr_scale"] = scale
         self.param_groups = [*self.adamw.param_groups, *self.muon.param_groups]  # the children's new dicts
+
+
+def newton_schulz_float32(
+    grad: torch.Tensor, ns_coefficients: tuple[float, float, float], ns_steps: int, eps: float
+) -> torch.Tensor:
+    """torch's Newton-Schulz iteration (``torch.optim._muon._zeropower_via_newtonschulz``, after Keller Jordan's
+    ``zeropower_via_newtonschulz5``) with the same steps in float32 instead of bfloat16: X <- G / ||G||_F on the wide
+    side, then ``ns_steps`` times X <- a X + (b A + c A^2) X with A = X X^T.
+
+    Args:
+        grad: (A, B) the momentum update to orthogonalize.
+        ns_coefficients: the quintic's (a, b, c); ns_steps: the iterations; eps: the floor of ||G||_F.
+
+    Returns:
+        (A, B) float32, approximately U S' V^T of G = U S V^T, S' near 1 (Keller's docstring).
+    """
+    a, b, c = ns_coefficients
+    tall = grad.size(0) > grad.size(1)
+    x = grad.float().T if tall else grad.float()
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+@contextmanager
+def newton_schulz_in(dtype: torch.dtype) -> Iterator[None]:
+    """While open, ``torch.optim.Muon`` orthogonalizes in ``dtype``: torch's own iteration for bfloat16, else
+    :func:`newton_schulz_float32` in its place (torch 2.13's Muon has no dtype setting; its step calls the module's
+    ``_zeropower_via_newtonschulz``, which this swaps and restores; tests/test_muon.py checks the swap takes).
+
+    Raises:
+        AttributeError: torch's Muon no longer has that function (a torch other than the pinned one).
+    """
+    if dtype == torch.bfloat16:
+        yield
+        return
+    own = torch_muon._zeropower_via_newtonschulz
+    torch_muon._zeropower_via_newtonschulz = newton_schulz_float32
+    try:
+        yield
+    finally:
+        torch_muon._zeropower_via_newtonschulz = own

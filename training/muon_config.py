@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ADJUST_LR_FNS = ("original", "match_rms_adamw")
+NS_DTYPES = ("auto", "bfloat16", "float32")
 
 
 def _require(ok: bool, key: str, value: object, valid: str) -> None:
@@ -29,6 +30,9 @@ class MuonConfig:
             0.2, AdamW's typical one, so ``optim.lr`` and ``optim.weight_decay`` serve both optimizers.
         lr_scale: the Muon matrices' peak lr is ``optim.lr * lr_scale`` (the AdamW part's is ``optim.lr``), for
             ``original`` (Keller: 0.02 against AdamW's 3e-4 and up).
+        ns_dtype: the Newton-Schulz iteration's dtype: ``bfloat16`` (torch's and Keller's), ``float32``, or ``auto``:
+            float32 on a CPU, whose bfloat16 matrix products are emulated where it lacks AVX512-BF16 or AMX (one Muon
+            step cost 21 AdamW steps on a 2-core AVX2 EPYC), bfloat16 elsewhere (``training.muon``).
 
     Raises:
         ValueError: a value out of range, or an unknown key (:meth:`from_keys`).
@@ -40,6 +44,7 @@ class MuonConfig:
     ns_coefficients: tuple[float, float, float] = (3.4445, -4.775, 2.0315)
     adjust_lr_fn: str = "match_rms_adamw"
     lr_scale: float = 1.0
+    ns_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ns_coefficients", tuple(self.ns_coefficients))  # a list from YAML
@@ -48,6 +53,7 @@ class MuonConfig:
         _require(len(self.ns_coefficients) == 3, "ns_coefficients", list(self.ns_coefficients), "it must be 3 numbers")
         _require(self.adjust_lr_fn in ADJUST_LR_FNS, "adjust_lr_fn", self.adjust_lr_fn, f"valid: {', '.join(ADJUST_LR_FNS)}")
         _require(0 < self.lr_scale < float("inf"), "lr_scale", self.lr_scale, "it must be a finite number > 0")
+        _require(self.ns_dtype in NS_DTYPES, "ns_dtype", self.ns_dtype, f"valid: {', '.join(NS_DTYPES)}")
 
     @classmethod
     def from_keys(cls, keys: dict[str, Any]) -> "MuonConfig":

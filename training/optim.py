@@ -80,7 +80,7 @@ def build_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimiz
         ns_steps=m.ns_steps,
         adjust_lr_fn=m.adjust_lr_fn,
     )
-    return MuonAdamW(inner, adamw)
+    return MuonAdamW(inner, adamw, m.ns_dtype)
 
 
 def _adamw(params: list[nn.Parameter], model: nn.Module, optim: OptimConfig) -> torch.optim.AdamW:
