@@ -10,6 +10,7 @@ import torch
 
 from benchmarks.model import SIZES, bench_model
 from benchmarks.norms import NORM_PRESETS, NORM_VARIANTS, TOKEN_WISE, bench_norms, bench_step
+from benchmarks.optim import bench_optim
 from benchmarks.precision import bench_loss_gap
 from benchmarks.steps import MODEL_SIZES, bench_dropout, bench_precision_steps, bench_profile, bench_telemetry
 from benchmarks.timing import CLOCKS
@@ -19,11 +20,12 @@ Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def bench_parser(description: str) -> argparse.ArgumentParser:
-    """The parser of every subcommand (``norms``, ``telemetry``, ``model``, ``precision``, ``profile``, ``dropout``);
+    """The parser of every subcommand (``norms``, ``telemetry``, ``model``, ``precision``, ``profile``, ``dropout``,
+    ``optim``);
     ``args.what`` names the one given."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
-    for add in (_add_norms, _add_telemetry, _add_model, _add_precision, _add_profile, _add_dropout):
+    for add in (_add_norms, _add_telemetry, _add_model, _add_precision, _add_profile, _add_dropout, _add_optim):
         add(sub)
     return parser
 
@@ -31,7 +33,7 @@ def bench_parser(description: str) -> argparse.ArgumentParser:
 def run_bench(args: argparse.Namespace) -> list[dict]:
     """Run the benchmark ``args.what`` names (it prints its tables); the ratio rows of ``norms`` (``ratio_row``s, for
     ``--csv``), none for the others."""
-    if args.what in ("precision", "profile", "dropout"):
+    if args.what in ("precision", "profile", "dropout", "optim"):
         torch.set_num_threads(args.threads)
     if args.what == "model":
         bench_model(args.sizes, torch.device(args.device), args.rounds, args.compile, args.rows, args.length, args.precision)
@@ -42,6 +44,8 @@ def run_bench(args: argparse.Namespace) -> list[dict]:
                 bench_loss_gap(Path(out), args.model, args.loss_steps, args.seeds)
     if args.what == "dropout":
         bench_dropout(args.size, args.dropout, args.rounds, args.clock)
+    if args.what == "optim":
+        bench_optim(args.size, args.rounds, args.clock)
     if args.what == "profile":
         bench_profile(args.sizes, args.dropout, args.attn_dropout, args.warmup, args.steps)
     if args.what == "telemetry":
@@ -121,3 +125,11 @@ def _add_dropout(sub: Subcommands) -> None:
     drop.add_argument("--rounds", type=int, default=7)
     drop.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: this process's CPU time (see CLOCKS)")
     drop.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share)")
+
+
+def _add_optim(sub: Subcommands) -> None:
+    optim = sub.add_parser("optim", help="the step under AdamW, and under Muon with bfloat16 and float32 Newton-Schulz")
+    optim.add_argument("--size", choices=MODEL_SIZES, default="small", help="model preset (conf/model/)")
+    optim.add_argument("--rounds", type=int, default=7)
+    optim.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: this process's CPU time (see CLOCKS)")
+    optim.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared machine's fair share)")

@@ -18,7 +18,7 @@ from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
 from training.precision import autocast
 from training.presets import default_optim, group_keys
-from training.schema import ScheduleConfig
+from training.schema import OptimConfig, ScheduleConfig
 from training.step import StepOptions, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,12 +178,17 @@ def default_model_and_batch(
 
 
 def make_step(
-    model: EncoderDecoder, batch: Batch, telemetry: TelemetryConfig | None, window: int = 1, precision: str = "fp32"
+    model: EncoderDecoder,
+    batch: Batch,
+    telemetry: TelemetryConfig | None,
+    window: int = 1,
+    precision: str = "fp32",
+    optim: OptimConfig | None = None,
 ) -> Callable[[], None]:
     """``window`` consecutive training steps as train.py runs them (shared ``train_step``) in ``precision``
-    (``trainer.precision``'s fp32 or bf16, on the CPU), telemetry recording on its due steps and read back to the host
-    there, as when logging."""
-    optim = default_optim(lr=1e-4)
+    (``trainer.precision``'s fp32 or bf16, on the CPU) under ``optim`` (default: the default run's AdamW at lr 1e-4),
+    telemetry recording on its due steps and read back to the host there, as when logging."""
+    optim = optim or default_optim(lr=1e-4)
     opt = build_optimizer(model, optim)
     sched = build_scheduler(opt, optim.lr, ScheduleConfig(0, "constant"), 10**9)
     tele = Telemetry(model, telemetry or TelemetryConfig(every=0))

@@ -14,6 +14,7 @@
     python -m scripts.bench profile               # where a training step's time goes, per model size (torch.profiler)
     python -m scripts.bench profile --sizes small --dropout 0.1 --steps 5
     python -m scripts.bench dropout               # the step with normlab's Dropout vs nn.Dropout, and attn_dropout 0 vs p
+    python -m scripts.bench optim                 # the step under AdamW and Muon (bfloat16 and float32 Newton-Schulz)
 
 Run from the repository root (``python -m`` puts it on the import path).
 

@@ -196,3 +196,24 @@ def test_bench_precision_prints_the_step_ratio_per_size_and_the_loss_gap_of_its_
     gap = re.search(r"^  bf16 - fp32, mean over seeds +(.*)$", out, re.M).group(1).split()
     for i, printed in enumerate(gap):  # the mean of the per-seed differences of the printed (4-decimal) values
         assert float(printed) == pytest.approx(sum(runs[("bf16", s)][i] - runs[("fp32", s)][i] for s in (0, 1)) / 2, abs=2e-4)
+
+
+def test_bench_optim_prints_each_optimizers_step_ratio_to_adamw(monkeypatch, capsys):
+    import torch
+
+    from scripts import bench
+
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(sys, "argv", "bench optim --size tiny --rounds 3".split())
+    try:
+        bench.main()
+    finally:
+        torch.set_num_threads(threads)  # the bench sets 1 (--threads)
+    out = capsys.readouterr().out
+    rows = re.findall(
+        r"^  (adamw|muon, bfloat16 NS|muon, float32 NS) +([\d.]+) \[([\d.]+), ([\d.]+)\] +\((\d+) ms/step\)$", out, re.M
+    )
+    assert [r[0] for r in rows] == ["adamw", "muon, bfloat16 NS", "muon, float32 NS"]
+    assert rows[0][1:4] == ("1.00", "1.00", "1.00")  # AdamW against itself, round by round
+    for _, ratio, q1, q3, ms in rows:
+        assert 0 < float(q1) <= float(ratio) <= float(q3) and int(ms) > 0

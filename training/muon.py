@@ -2,8 +2,9 @@
 
 Muon (Jordan et al. 2024, https://kellerjordan.github.io/posts/muon/; torch's ``torch.optim.Muon``) replaces a
 matrix's momentum update by the nearest semi-orthogonal matrix, approximated by 5 Newton-Schulz iterations in
-bfloat16 (on a CPU normlab runs them in float32 by default: ``optim.muon.ns_dtype``, :func:`newton_schulz_in`). It is meant for the hidden layers' 2-D weights only: Keller Jordan's KellerJordan/Muon (``muon.py``,
-``MuonWithAuxAdam``'s docstring) and Moonshot's MoonshotAI/Moonlight (Liu et al. 2025, "Muon is Scalable for LLM
+bfloat16 (on a CPU normlab runs them in float32 by default: ``optim.muon.ns_dtype``, :func:`newton_schulz_in`). It
+is meant for the hidden layers' 2-D weights only: Keller Jordan's KellerJordan/Muon (``muon.py``, ``MuonWithAuxAdam``'s
+docstring) and Moonshot's MoonshotAI/Moonlight (Liu et al. 2025, "Muon is Scalable for LLM
 Training", arXiv 2502.16982; the repository's ``examples/toy_train.py``, ``get_optimizer``) both train the
 embeddings, the output head and every 1-D parameter with AdamW. normlab follows Keller Jordan's rule, the 2-D weights
 inside the blocks (``hidden_matrix_params``): Moonlight's (every 2-D parameter but ``embed_tokens`` and ``lm_head``)

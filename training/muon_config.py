@@ -31,8 +31,8 @@ class MuonConfig:
         lr_scale: the Muon matrices' peak lr is ``optim.lr * lr_scale`` (the AdamW part's is ``optim.lr``), for
             ``original`` (Keller: 0.02 against AdamW's 3e-4 and up).
         ns_dtype: the Newton-Schulz iteration's dtype: ``bfloat16`` (torch's and Keller's), ``float32``, or ``auto``:
-            float32 on a CPU, whose bfloat16 matrix products are emulated where it lacks AVX512-BF16 or AMX (one Muon
-            step cost 21 AdamW steps on a 2-core AVX2 EPYC), bfloat16 elsewhere (``training.muon``).
+            float32 on a CPU, whose bfloat16 matrix products are emulated where it lacks AVX512-BF16 or AMX
+            (``python -m scripts.bench optim`` times both), bfloat16 elsewhere (``training.muon``).
 
     Raises:
         ValueError: a value out of range, or an unknown key (:meth:`from_keys`).
