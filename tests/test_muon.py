@@ -179,6 +179,15 @@ def test_the_schedule_gives_the_muon_group_lr_times_lr_scale_and_a_load_keeps_th
         fresh.load_state_dict(adamw_state)
 
 
+def test_an_optim_muon_checkpoint_resumed_under_adamw_is_an_error_naming_the_entry(tmp_path):
+    small = ["telemetry.every=0", "trainer.eval_max_examples=5", "trainer.test_max_examples=5"]
+    train_module.train(make_cfg("optim=muon", "trainer.max_steps=2", *small), tmp_path)
+    message = r"^train.resume: the optimizer entry of .*checkpoint.pt does not fit this run's optimizer \(KeyError: "
+    with pytest.raises(ValueError, match=message + r"'param_groups'\); resume with the settings it was saved with, or "):
+        train_module.train(make_cfg("trainer.max_steps=3", *small), tmp_path)
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2  # the checkpoint is kept as it was
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ("optim.muon.adjust_lr_fn=rms", "optim.muon.adjust_lr_fn='rms' is invalid; valid: original, match_rms_adamw"),
     ("optim.muon.momentum=1.0", "optim.muon.momentum=1.0 is invalid; it must be a number in [0, 1)"),

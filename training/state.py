@@ -76,7 +76,9 @@ def load_state(pieces: dict[str, Stateful | None], ckpt: dict[str, Any], source:
     that piece keeps the fresh state it was built with.
 
     Raises:
-        ValueError: ``ckpt`` (read from ``source``) lacks an entry the registry names; the message lists them.
+        ValueError: ``ckpt`` (read from ``source``) lacks an entry the registry names (the message lists them), or an
+            entry does not fit its piece (an ``optim=muon`` checkpoint resumed under ``optim=adamw``): the message
+            names the entry and the piece's own error.
     """
     if missing := [key for key in pieces if key not in ckpt]:
         raise ValueError(
@@ -85,4 +87,11 @@ def load_state(pieces: dict[str, Stateful | None], ckpt: dict[str, Any], source:
         )
     for key, piece in pieces.items():
         if piece is not None and ckpt[key] is not None:
-            piece.load_state_dict(ckpt[key])
+            try:
+                piece.load_state_dict(ckpt[key])
+            except (KeyError, ValueError, RuntimeError) as error:
+                raise ValueError(
+                    f"train.resume: the {key} entry of {source} does not fit this run's {key} "
+                    f"({type(error).__name__}: {error}); resume with the settings it was saved with, or start afresh "
+                    "with train.resume=null"
+                ) from error
