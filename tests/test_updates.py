@@ -1,17 +1,18 @@
 """telemetry/optimizer.py's per-matrix update: ``update/{s}.{i}.{m}/rms`` and ``.../ratio`` equal the weight change of
 one step, and sit at the scale each optimizer's rule gives: lr at AdamW's first step (lr g / (|g| + eps)), and under
 Muon with match_rms_adamw 0.2 lr times the quadratic mean of the orthogonalized update's singular values (Moonlight,
-arXiv 2502.16982, sec. 2.2), recomputed here from the gradient with torch's own Newton-Schulz."""
+arXiv 2502.16982, sec. 2.2), recomputed here from the gradient with the Newton-Schulz iteration the default
+``optim.muon.ns_dtype`` runs on a CPU (float32: ``training.muon.newton_schulz_float32``)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.optim._muon import _zeropower_via_newtonschulz
 
 from runlog.metric_names import RESIDUALS, matrix_site, matrix_update, parse
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from tests.helpers.telemetry import batch, make
+from training.muon import newton_schulz_float32
 from training.muon_config import MuonConfig
 from training.optim import build_optimizer
 from training.presets import default_optim, group_keys
@@ -62,15 +63,16 @@ def test_a_matrix_update_is_the_weight_change_and_adamws_first_is_lr():
 def test_muons_update_rms_is_02_lr_times_the_singular_values_quadratic_mean():
     muon = MuonConfig(**group_keys("optim", "muon")["muon"])
     assert muon.adjust_lr_fn == "match_rms_adamw"  # the default Muon preset's rule, the one with a known scale
+    assert muon.ns_dtype == "auto"  # float32 on a CPU
     model = make()
     stats, seen = one_step(model, default_optim(lr=LR, weight_decay=WEIGHT_DECAY, muon=muon))
     for where, (w, g) in seen.items():
         buf = torch.zeros_like(g).lerp_(g, 1 - muon.momentum)  # torch.optim.Muon's first step, nesterov
-        o = _zeropower_via_newtonschulz(g.lerp(buf, muon.momentum), muon.ns_coefficients, muon.ns_steps, 1e-7)
+        o = newton_schulz_float32(g.lerp(buf, muon.momentum), muon.ns_coefficients, muon.ns_steps, 1e-7)
         step = 0.2 * max(w.shape) ** 0.5 * LR
         expected = (LR * WEIGHT_DECAY * w + step * o).square().mean().sqrt().item()
         assert stats[f"update/{where}/rms"] == pytest.approx(expected, rel=1e-3), where  # float32 rounding of w - w_new
         sigma = torch.linalg.svdvals(o.float())
         scale = sigma.square().mean().sqrt().item()  # RMS(o) sqrt(max(A, B)) of a (A, B) matrix, for min(A, B) values
         assert stats[f"update/{where}/rms"] == pytest.approx(0.2 * LR * scale, rel=0.01), where  # the decay: < 1 %
-        assert 0.3 < scale < 1.0 and sigma.max() < 1.25  # Newton-Schulz's approximate orthogonalization, in bfloat16
+        assert 0.3 < scale < 1.0 and sigma.max() < 1.25  # Newton-Schulz's approximate orthogonalization
