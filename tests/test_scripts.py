@@ -172,18 +172,23 @@ def test_bench_norms_csv_holds_each_ratio_it_prints(tmp_path, monkeypatch, capsy
     assert {(r["load1_before"], r["load1_after"]) for r in records} == {tuple(loads)}
 
 
-def test_bench_precision_prints_the_step_ratio_per_size_and_the_loss_gap_of_its_runs(monkeypatch, capsys):
+def bench_output(monkeypatch, capsys, command: str) -> str:
+    """What ``python -m scripts.bench <command>`` prints, torch's thread count restored after (it sets ``--threads``)."""
     import torch
 
     from scripts import bench
 
     threads = torch.get_num_threads()
-    monkeypatch.setattr(sys, "argv", "bench precision --sizes tiny --rounds 3 --loss-steps 3 --seeds 0 1 --model tiny".split())
+    monkeypatch.setattr(sys, "argv", ["bench", *command.split()])
     try:
         bench.main()
     finally:
-        torch.set_num_threads(threads)  # the bench sets 1 (--threads)
-    out = capsys.readouterr().out
+        torch.set_num_threads(threads)
+    return capsys.readouterr().out
+
+
+def test_bench_precision_prints_the_step_ratio_per_size_and_the_loss_gap_of_its_runs(monkeypatch, capsys):
+    out = bench_output(monkeypatch, capsys, "precision --sizes tiny --rounds 3 --loss-steps 3 --seeds 0 1 --model tiny")
     ((fp32_ms, bf16_ms, ratio, q1, q3),) = [
         tuple(map(float, r))
         for r in re.findall(r"^  tiny +32 +2\+2 +[\d.]+M +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+)$", out, re.M)
@@ -199,17 +204,7 @@ def test_bench_precision_prints_the_step_ratio_per_size_and_the_loss_gap_of_its_
 
 
 def test_bench_optim_prints_each_optimizers_step_ratio_to_adamw(monkeypatch, capsys):
-    import torch
-
-    from scripts import bench
-
-    threads = torch.get_num_threads()
-    monkeypatch.setattr(sys, "argv", "bench optim --size tiny --rounds 3".split())
-    try:
-        bench.main()
-    finally:
-        torch.set_num_threads(threads)  # the bench sets 1 (--threads)
-    out = capsys.readouterr().out
+    out = bench_output(monkeypatch, capsys, "optim --size tiny --rounds 3")
     rows = re.findall(
         r"^  (adamw|muon, bfloat16 NS|muon, float32 NS) +([\d.]+) \[([\d.]+), ([\d.]+)\] +\((\d+) ms/step\)$", out, re.M
     )
