@@ -25,11 +25,14 @@ SKIP_DIRS = {".hydra", "wandb", "report", "__pycache__"}  # never hold a run; no
 # telemetry (out/, optim/: one number per record) and hyper-connections' per-stack gains (hc/) are kept as series.
 SERIES_PREFIXES = ("train/", "val/", "test/", "perf/")
 # (family, site, stat) of a block's metric -> the name of its profile in ``Run.profiles``, by depth: the stream leaving
-# block i (its RMS and kurtosis), the sum entering its FFN's closing norm (its RMS) and the block's gradient norm.
+# block i (its RMS, kurtosis and massive-activation ratio), the sum entering its FFN's closing norm (its RMS), the
+# block's gradient norm and its self-attention's sink mass.
 # A row here and a ``depth_panel`` in ``analysis.panels.build_panels`` chart another one (docs/extending.md).
 PROFILES = {
     ("scale", "gpas", "silu_g"): "gpas_silu_g",  # GPAS's SiLU(g), the share of block i's output it removes (norm.gpas)
     ("act", "out", "rms"): "rms",
+    ("act", "out", "massive"): "massive",  # max |x| / median |x| of block i's output (Sun et al. 2024)
+    ("attn", "self_attn", "sink_mass"): "sink_mass",  # block i's self-attention's share on the first key
     ("act", PRE_NORM_SITE["ffn"], "rms"): "pre_norm_rms",
     ("act", "out", "kurtosis"): "kurtosis",
     ("grad", None, "norm"): "grad",

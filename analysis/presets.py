@@ -7,6 +7,8 @@ A group of runs (a variant or a family) used a preset when every one of its runs
 resolved norm keys (``norm.kind``, ``norm.placement``, ``norm.qk``, ...: what Hydra composes from the preset) at
 the preset's values. A run's config that lacks a key (written before the key existed) counts as holding its
 value in ``conf/norm_base.yaml``, what every preset starts from: a run from before ``norm.qk`` had no QK-norm.
+A preset that sets model keys too (``gemma2``'s soft-caps, ``qwen3next``'s gate: a file written at the top level,
+``# @package _global_``) counts those among its keys, so a run without the caps is not named ``gemma2``.
 """
 
 import re
@@ -69,13 +71,24 @@ def _own_keys(norm: Any) -> dict[str, Any]:
     return {k: v for k, v in keys.items() if not (isinstance(v, str) and v.startswith("${"))}
 
 
+def _preset_file(name: str) -> tuple[DictConfig, dict[str, Any]]:
+    """Preset ``name``'s file, less its defaults: its norm node, and the flattened model keys a top-level preset sets
+    (``model.attn_softcap`` -> 50.0; none for a preset written in the norm package)."""
+    cfg = OmegaConf.load(CONF / "norm" / f"{name}.yaml")
+    assert isinstance(cfg, DictConfig)  # a config group's file: a mapping
+    cfg.pop("defaults", None)
+    if "norm" not in cfg:  # the norm package: the file is the norm node
+        return cfg, {}
+    return cfg.norm, flatten({"model": OmegaConf.to_container(cfg.get("model", {}))})
+
+
 @cache
 def preset_keys(name: str) -> dict[str, Any]:
     """The flattened norm keys (``norm.kind`` -> ``layernorm``, ...) Hydra composes for ``norm=<name>``, but those
-    interpolated from another group (:func:`_own_keys`)."""
+    interpolated from another group (:func:`_own_keys`), and the model keys the preset sets."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=[f"norm={name}"])
-    return _own_keys(cfg.norm)
+    return {**_own_keys(cfg.norm), **_preset_file(name)[1]}
 
 
 def preset_of(label: str) -> str | None:
@@ -137,7 +150,7 @@ def study_name(label: str) -> str | None:
 def _base_keys() -> dict[str, Any]:
     """The values of norm keys older runs lack: ``conf/norm_base.yaml``'s, flattened under ``norm.``, with each key
     added since (``runlog.renames.ADDED``) at the value the old code ran under."""
-    added = {k: v for k, v in ADDED.items() if k.startswith("norm.")}
+    added = {k: v for k, v in ADDED.items() if k.startswith(("norm.", "model."))}  # model.: a top-level preset's
     return {**_own_keys(OmegaConf.load(CONF / "norm_base.yaml")), **added}
 
 
@@ -157,13 +170,8 @@ def _declared_keys(name: str) -> dict[str, Any]:
     Hydra merges them), but interpolated ones: what Hydra composes when the preset's defaults are norm_base, then
     itself, as every preset's are; read in milliseconds where a compose takes a second, so :func:`preset_used` asks
     Hydra (:func:`used_preset`) only about the presets this one allows."""
-    files = []
-    for path in (CONF / "norm_base.yaml", CONF / "norm" / f"{name}.yaml"):
-        cfg = OmegaConf.load(path)
-        assert isinstance(cfg, DictConfig)  # a config group's file: a mapping
-        cfg.pop("defaults", None)
-        files.append(cfg)
-    return _own_keys(OmegaConf.merge(*files))
+    norm, model = _preset_file(name)
+    return {**_own_keys(OmegaConf.merge(OmegaConf.load(CONF / "norm_base.yaml"), norm)), **model}
 
 
 def preset_used(group: Group) -> str | None:

@@ -9,7 +9,8 @@ renderers), from the telemetry in each run's metrics.jsonl:
 - batch-statistics distance (``bstat/``) vs step, one panel per variant and statistic (``mean_dist``,
   ``var_dist``, ``phi_dist``) where its runs have batch-reading norms: a line per norm of each block, drawn
   as the max logits are;
-- block-output kurtosis vs depth at the last record: a line per variant;
+- block-output kurtosis, massive-activation ratio (max |x| / median |x|) and self-attention sink mass (the share on
+  the first key) vs depth at the last record: a line per variant each;
 - GPAS's SiLU(g) vs depth (``norm.gpas``: the share of each block's output it removes), first, middle and last
   record, linear y (SiLU(g) starts at 0 and may go below it): a line per variant and record.
 
@@ -181,6 +182,23 @@ def stability_panels(variants: list[Variant]) -> list[Panel]:
         "Block-output kurtosis vs depth (last record)",
         "kurtosis of the block output",
     )
+    # the two diagnostics of attention sinks and massive activations (docs/telemetry.md), as kurtosis
+    massive = depth_panel(
+        variants,
+        "massive_vs_depth",
+        "massive",
+        1,
+        "Massive activations vs depth (last record)",
+        "block output max |x| / median |x|",
+    )
+    sink = depth_panel(
+        variants,
+        "sink_vs_depth",
+        "sink_mass",
+        1,
+        "Attention sink vs depth (last record)",
+        "self-attention share on the first key",
+    )
     gpas = [line for v in variants for line in profile_lines(v, "gpas_silu_g", 3)]
     gpas_panel = Panel(
         "gpas_vs_depth",
@@ -190,4 +208,5 @@ def stability_panels(variants: list[Variant]) -> list[Panel]:
         gpas,
         integer_x=True,
     )
-    return [*panels, *([kurtosis] if kurtosis.lines else []), *([gpas_panel] if gpas else [])]
+    depth_charts = [p for p in (kurtosis, massive, sink) if p.lines]
+    return [*panels, *depth_charts, *([gpas_panel] if gpas else [])]

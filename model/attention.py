@@ -25,6 +25,11 @@ With l2-normalized q and k (``l2``), q.k is the cosine similarity, at most 1, to
 softmax; a learned scalar ``temperature`` g makes the logits ``g * cos(q, k)`` (Henry et al. 2020,
 "Query-Key Normalization for Transformers", Findings of EMNLP: the learned g, ``ScaleUp`` in the
 official code CyndxAI/QKNorm; x-transformers' ``qk_norm_scale`` keeps it fixed at 10).
+
+Attention-logit controls (docs/attention.md): soft-capping of the logits, a learned sink per head and softpick
+(``model.attn_weights``) replace SDPA by the same logits written out (:meth:`MultiHeadAttention.weights`); an output
+gate (Qiu et al. 2025) multiplies the attention's output by sigmoid(x W_g + b_g) before the output projection, with
+either path.
 """
 
 import math
@@ -34,10 +39,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.kinds import QK_SCOPES
+from model.attn_weights import soft_cap, softmax, softmax_with_sink, softpick
+from model.kinds import ATTN_GATES, ATTN_SOFTMAXES, QK_SCOPES
 
 # Initial temperature g of l2 QK-norm: x-transformers' default ``qk_norm_scale = 10``.
 QK_L2_TEMPERATURE = 10.0
+# The sinks' init std: gpt-oss's ``initializer_range`` (Hugging Face GptOssConfig, ``_init_weights``: normal_(0, std)).
+SINK_INIT_STD = 0.02
 
 
 @dataclass
@@ -69,12 +77,21 @@ class MultiHeadAttention(nn.Module):
             (weights shared by the heads); None: ``nn.Identity``.
         qk_scope: ``head``: q_norm and k_norm act over K after the head split; ``full``: over D on the
             q and k projections before it (then they are norms over D). v_norm is per head either way.
-
-    Raises:
-        ValueError: an unknown ``qk_scope`` (valid: ``model.kinds.QK_SCOPES``).
         temperature: initial value of a learned scalar g (parameter ``temperature``, shape (1,),
             shared by the heads) for l2-normalized q and k: the logits become ``g * q.k``, the
             cosine similarity times g, instead of ``q.k / sqrt(K)``; None: no such parameter.
+        gate: the output gate of Qiu et al. 2025 ("Gated Attention for Large Language Models", arXiv 2505.06708,
+            position G1; code qiuzh20/gated_attention): ``elementwise`` (``gate_proj``: D -> D, one gate per head
+            channel) or ``headwise`` (D -> H, one per head); the head outputs (B, H, T, K) are multiplied by
+            sigmoid(gate_proj(x)) before ``out_proj``, x the query-side input. None: no gate.
+        sink: a learned logit per head (parameter ``sinks``, (H,), init N(0, ``SINK_INIT_STD``^2)) in the softmax's
+            denominator (gpt-oss; :func:`model.attn_weights.softmax_with_sink`).
+        softmax: ``softmax``, or ``softpick`` (:func:`model.attn_weights.softpick`).
+        softcap: c > 0: the logits become c * tanh(logit / c) before the mask (Gemma 2); None: no cap.
+
+    Raises:
+        ValueError: an unknown ``qk_scope``, ``gate`` or ``softmax`` (valid: ``model.kinds.QK_SCOPES``, ``ATTN_GATES``,
+            ``ATTN_SOFTMAXES``); a sink with softpick (softpick has no softmax denominator to put it in).
     """
 
     def __init__(
@@ -89,10 +106,20 @@ class MultiHeadAttention(nn.Module):
         v_norm: nn.Module | None = None,
         temperature: float | None = None,
         qk_scope: str = "head",
+        gate: str | None = None,
+        sink: bool = False,
+        softmax: str = "softmax",
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         if qk_scope not in QK_SCOPES:
             raise ValueError(f"unknown norm.qk_scope {qk_scope!r}; valid: {', '.join(QK_SCOPES)}")
+        if gate is not None and gate not in ATTN_GATES:
+            raise ValueError(f"unknown model.attn_gate {gate!r}; valid: null, {', '.join(ATTN_GATES)}")
+        if softmax not in ATTN_SOFTMAXES:
+            raise ValueError(f"unknown model.attn_softmax {softmax!r}; valid: {', '.join(ATTN_SOFTMAXES)}")
+        if sink and softmax != "softmax":
+            raise ValueError(f"model.attn_sink=true needs model.attn_softmax=softmax, got {softmax!r}")
         self.n_heads = n_heads
         self.qk_full = qk_scope == "full"
         self.dropout = dropout
@@ -110,10 +137,18 @@ class MultiHeadAttention(nn.Module):
         # ``logits`` instead of projecting again.
         self.q_tap = nn.Identity()
         self.k_tap = nn.Identity()
+        # Off, each is a plain None attribute, so a model without the controls keeps exactly its state dict.
+        self.gate_proj = None if gate is None else nn.Linear(d_model, d_model if gate == "elementwise" else n_heads)
+        self.sinks = nn.Parameter(torch.empty(n_heads).normal_(0.0, SINK_INIT_STD)) if sink else None
+        self.softpick = softmax == "softpick"
+        self.softcap = softcap
+        # SDPA computes the plain softmax only: the other controls take the logits written out (``weights``).
+        self.eager = sink or self.softpick or softcap is not None
 
     def linear_roles(self) -> dict[str, nn.Linear]:
-        """The projections by role, for init rules (``model.placements``)."""
-        return {"attn.q": self.q_proj, "attn.k": self.k_proj, "attn.v": self.v_proj, "attn.out": self.out_proj}
+        """The projections by role, for init rules (``model.placements``), the gate's (``attn.gate``) among them."""
+        roles = {"attn.q": self.q_proj, "attn.k": self.k_proj, "attn.v": self.v_proj, "attn.out": self.out_proj}
+        return roles if self.gate_proj is None else roles | {"attn.gate": self.gate_proj}
 
     def mask(self, q: torch.Tensor, k: torch.Tensor, key_pad_mask: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
         """Which keys each query sees, as ``forward`` hands it to SDPA: ``(attn_mask, is_causal)``.
@@ -143,7 +178,7 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """The pre-softmax logits that ``forward``'s SDPA call computes in its kernel, written out:
         q.k / sqrt(K) (SDPA's default scale; with l2 QK-norm, q already carries g * sqrt(K), so this is
-        g * cos(q, k)), and ``fill`` at every key :meth:`mask` hides.
+        g * cos(q, k)), soft-capped with ``softcap`` (then in (-c, c)), and ``fill`` at every key :meth:`mask` hides.
 
         Args:
             q: (B, H, T, K) queries as SDPA receives them (``q_tap``'s output).
@@ -158,6 +193,8 @@ class MultiHeadAttention(nn.Module):
         T, S = q.shape[2], k.shape[2]
         attn_mask, is_causal = self.mask(q, k, key_pad_mask)
         logit = (q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])  # (B, H, T, S)
+        if self.softcap is not None:  # before the mask: the cap would turn a hidden key's -inf into -c
+            logit = soft_cap(logit, self.softcap)
         if is_causal:
             causal = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # (T, S), SDPA's is_causal
             attn_mask = causal if attn_mask is None else attn_mask & causal
@@ -201,11 +238,30 @@ class MultiHeadAttention(nn.Module):
                     k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)  # (B, H, P + T, K)
                 cache.k, cache.v = k, v
         k = self.k_tap(k)
-        attn_mask, is_causal = self.mask(q, k, key_pad_mask)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout if self.training else 0.0, is_causal=is_causal
-        )  # (B, H, T, K)
+        dropout = self.dropout if self.training else 0.0
+        if self.eager:
+            y = F.dropout(self.weights(q, k, key_pad_mask), dropout).to(v.dtype) @ v  # (B, H, T, K)
+        else:
+            attn_mask, is_causal = self.mask(q, k, key_pad_mask)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, is_causal=is_causal)
+        if self.gate_proj is not None:  # G1: each head's output times a sigmoid gate of the query-side input
+            y = y * torch.sigmoid(self.gate_proj(x).view(B, T, self.n_heads, -1).transpose(1, 2))  # (B, H, T, K or 1)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, D))
+
+    def weights(self, q: torch.Tensor, k: torch.Tensor, key_pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention weights ``forward`` multiplies the values by (before dropout): the softmax of
+        :meth:`logits`, with the learned sink (``sinks``) in its denominator, or softpick.
+
+        Args:
+            q: (B, H, T, K) and k: (B, H, S, K), as SDPA receives them; key_pad_mask: (B, S) bool or None.
+
+        Returns:
+            (B, H, T, S) float32; a row sums to 1 under the plain softmax, to at most 1 with a sink or softpick.
+        """
+        logit = self.logits(q, k, key_pad_mask)
+        if self.softpick:
+            return softpick(logit)
+        return softmax(logit) if self.sinks is None else softmax_with_sink(logit, self.sinks)
 
     def _heads(self, x: torch.Tensor, norm: nn.Module, before: bool) -> torch.Tensor:
         """A projection (B, L, D) split into heads (B, H, L, K), ``norm`` applied over D before the split

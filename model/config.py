@@ -9,10 +9,11 @@ overrides chosen blocks, and ``ModelConfig.block_norm(stack, index)`` resolves o
 ``model.norm_config`` and are re-exported here, where the model's callers name them.
 """
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from model.kinds import BATCH_READING_KINDS, HC_KINDS
+from model.kinds import ATTN_GATES, ATTN_SOFTMAXES, BATCH_READING_KINDS, HC_KINDS
 from model.norm_config import BlockNorm as BlockNorm
 from model.norm_config import NormConfig, NormSpec
 from model.placements import PLACEMENTS
@@ -63,6 +64,12 @@ class ModelConfig:
             (WeightNorm, Salimans & Kingma 2016; ``model.weight_norm``), after the init; with any norm kind.
         residual_streams: n, the residual streams of hyper-connections (``norm.hc``); None: 1 without
             them, ``HC_DEFAULT_STREAMS`` (4) with them; resolved here, so the saved config holds the number.
+        attn_gate: every attention's output gate (``model.attention``, Qiu et al. 2025): None, ``elementwise`` or
+            ``headwise``.
+        attn_sink: a learned sink logit per head in every attention's softmax (gpt-oss).
+        attn_softmax: ``softmax`` or ``softpick`` (Zuhri et al. 2025) in every attention.
+        attn_softcap, final_softcap: c > 0 soft-caps every attention's logits / the output logits to
+            c * tanh(x / c) (Gemma 2: 50.0 and 30.0); None: no cap.
 
     Raises:
         ValueError: a size out of range, d_model not divisible by n_heads, an unknown
@@ -73,7 +80,8 @@ class ModelConfig:
             take (``norm.knobs.powernorm.group_num`` not dividing d_model; the message lists the valid ones);
             ``residual_streams`` not null or
             an integer >= 1, > 1 without ``norm.hc``, or ``norm.hc`` with GPAS or with a block whose placement normalizes,
-            scales or re-routes the stream (the message lists the placements that admit it).
+            scales or re-routes the stream (the message lists the placements that admit it); an attention control
+            outside its choices, a cap that is not a positive number, or ``attn_sink`` with softpick.
     """
 
     src_vocab: int
@@ -94,6 +102,11 @@ class ModelConfig:
     norm: NormConfig = field(default_factory=NormConfig)
     weight_norm: bool = False
     residual_streams: int | None = None
+    attn_gate: str | None = None
+    attn_sink: bool = False
+    attn_softmax: str = "softmax"
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
@@ -117,10 +130,28 @@ class ModelConfig:
             raise ValueError(f"unknown model.positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
         if not isinstance(self.weight_norm, bool):
             raise ValueError(f"model.weight_norm must be true or false, got {self.weight_norm!r}")
+        self._check_attention_controls()
         self._check_block_layers()
         self._check_hyper_connections()
         self._check_decoder_batch_stats()
         self._check_knobs_width()
+
+    def _check_attention_controls(self) -> None:
+        if self.attn_gate is not None and self.attn_gate not in ATTN_GATES:
+            raise ValueError(f"unknown model.attn_gate {self.attn_gate!r}; valid: null, {', '.join(ATTN_GATES)}")
+        if not isinstance(self.attn_sink, bool):
+            raise ValueError(f"model.attn_sink must be true or false, got {self.attn_sink!r}")
+        if self.attn_softmax not in ATTN_SOFTMAXES:
+            raise ValueError(f"unknown model.attn_softmax {self.attn_softmax!r}; valid: {', '.join(ATTN_SOFTMAXES)}")
+        if self.attn_sink and self.attn_softmax != "softmax":
+            raise ValueError(
+                f"model.attn_sink=true adds a logit to the softmax's denominator; model.attn_softmax={self.attn_softmax} "
+                "has none: set one of them back (attn_sink=false or attn_softmax=softmax)"
+            )
+        for name in ("attn_softcap", "final_softcap"):
+            cap = getattr(self, name)
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < math.inf):
+                raise ValueError(f"model.{name} must be null (no cap) or a positive number, got {cap!r}")
 
     def _check_block_layers(self) -> None:
         n_layers = {"enc": ("n_enc_layers", self.n_enc_layers), "dec": ("n_dec_layers", self.n_dec_layers)}

@@ -142,6 +142,10 @@ NORM_GAINS = ("plain", "unit_offset")
 # Where QK-norm acts (``model.attention``): ``head`` (over d_head after the head split: Gemma 3, Qwen3) or ``full``
 # (over d_model = heads x d_head before it: OLMo 2).
 QK_SCOPES = ("head", "full")
+# Attention-logit controls (``model.attention``, docs/attention.md): the output gate's granularity
+# (``model.attn_gate``, Qiu et al. 2025) and what turns logits into weights (``model.attn_softmax``).
+ATTN_GATES = ("elementwise", "headwise")
+ATTN_SOFTMAXES = ("softmax", "softpick")
 HC_KINDS = ("static", "dynamic", "mhc")  # norm.hc: hyper-connections' weights (``model.hyper_connections``)
 # Where a residual-stream norm sits, for its alpha init: in an attention sublayer (self- or cross-), in the FFN's, or as
 # a stack's final norm (the official LLaMA/GPT-2 DyT/Derf code's attn_/ffn_/dec_alpha_init_value).

@@ -45,8 +45,9 @@ class FeedForward(nn.Module):
 
 def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> MultiHeadAttention:
     """A ``MultiHeadAttention`` with the norm sites ``spec.qk`` (over d_head, or over d_model with
-    ``spec.qk_scope == "full"``) and ``spec.v`` (over d_head) (None: off), and a learned temperature
-    (init ``QK_L2_TEMPERATURE``) where q and k are l2-normalized."""
+    ``spec.qk_scope == "full"``) and ``spec.v`` (over d_head) (None: off), a learned temperature
+    (init ``QK_L2_TEMPERATURE``) where q and k are l2-normalized, and the model's attention-logit controls
+    (``cfg.attn_gate``, ``attn_sink``, ``attn_softmax``, ``attn_softcap``), the same in every attention."""
     d_head = cfg.d_model // cfg.n_heads
     d_qk = cfg.d_model if spec.qk_scope == "full" else d_head
 
@@ -54,10 +55,9 @@ def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> Mult
         return None if kind is None else spec.build(dim, kind)
 
     norms = {"q_norm": site(spec.qk, d_qk), "k_norm": site(spec.qk, d_qk), "v_norm": site(spec.v, d_head)}
-    temperature = QK_L2_TEMPERATURE if spec.qk == "l2" else None
-    return MultiHeadAttention(
-        cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, temperature=temperature, qk_scope=spec.qk_scope, **norms
-    )
+    controls = {"gate": cfg.attn_gate, "sink": cfg.attn_sink, "softmax": cfg.attn_softmax, "softcap": cfg.attn_softcap}
+    scale = {"temperature": QK_L2_TEMPERATURE if spec.qk == "l2" else None, "qk_scope": spec.qk_scope}
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, **scale, **norms, **controls)
 
 
 def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Callable[[nn.Module], Sublayer]:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from model.attention import KVCache
+from model.attn_weights import soft_cap
 from model.config import ModelConfig
 from model.hyper_connections import HC_MODULES, stream_merge
 from model.layers import DecoderLayer, EncoderLayer
@@ -184,7 +185,8 @@ class EncoderDecoder(nn.Module):
     def decode(
         self, tgt_in: torch.Tensor, memory: torch.Tensor, src_pad_mask: torch.Tensor, cache: DecoderCache | None = None
     ) -> torch.Tensor:
-        """tgt_in (B, T) ids, memory (B, S, D), src_pad_mask (B, S) -> logits (B, T, V).
+        """tgt_in (B, T) ids, memory (B, S, D), src_pad_mask (B, S) -> logits (B, T, V), soft-capped to
+        (-c, c) with ``model.final_softcap`` c (Gemma 2: c * tanh(logits / c)).
 
         With ``cache``, ``tgt_in`` holds only the positions after the ``len(cache)`` already
         decoded ones; the cache is updated in place and the logits cover the new positions only.
@@ -202,7 +204,8 @@ class EncoderDecoder(nn.Module):
             x = layer(x, memory, src_pad_mask, None if cache is None else cache.layers[i], keep=keep)
         if self.cfg.norm.hc is not None:
             x = self.dec_streams_merge(x)
-        return self.output(self.dec_final_norm(x, keep) if self.dec_final_reads else self.dec_final_norm(x))
+        logits = self.output(self.dec_final_norm(x, keep) if self.dec_final_reads else self.dec_final_norm(x))
+        return logits if self.cfg.final_softcap is None else soft_cap(logits, self.cfg.final_softcap)  # Gemma 2
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """src (B, S) ids, tgt_in (B, T) ids (BOS-shifted target) -> logits (B, T, V)."""

@@ -89,7 +89,8 @@ def header_html(dirs: list[Path], runs: list[Run], variants: list[Variant], pngs
         "the variant's runs recorded at that step. Stability charts (where telemetry recorded them): per variant, "
         "attention max logit vs step (one line per attention, shallow blocks dark, deep ones light; cross-attention "
         "dashed) and spectral norm vs depth (one line per matrix) at its last record; log Z of the output logits vs "
-        "step (mean ± stderr band) and block-output kurtosis vs depth at the last record, one line per variant. "
+        "step (mean ± stderr band); block-output kurtosis, massive activations (max |x| / median |x|) and the "
+        "self-attention sink (share on the first key) vs depth at the last record, one line per variant. "
         "Variant table: means over finished runs only, "
         "± the standard error of the mean (sample std / √n), n the runs averaged.</p>\n"
         f'<p class="note">PNGs: {links}</p>'

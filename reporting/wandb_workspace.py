@@ -49,7 +49,8 @@ def _residuals(stack: str) -> tuple[str, ...]:
 
 
 def stability_sections(n_enc_layers: int, n_dec_layers: int) -> list[ws.Section]:
-    """Per block, its attentions' max logits and its matrices' spectral norms; then the output logits'
+    """Per block, its attentions' max logits and its matrices' spectral norms (the attention gate's too: empty in a run
+    without ``model.attn_gate``); then the output logits'
     ``out/``, the optimizer state's ``optim/below_eps`` and QK-Clip's ``optim/qk_clip_{count,min_factor}`` (one panel each)."""
     layout = ws.SectionLayoutSettings(columns=max(1, min(n_enc_layers, 4)), rows=2)
     max_logit: list[PanelTypes] = []

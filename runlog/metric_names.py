@@ -3,10 +3,11 @@
 Names (stable; docs/telemetry.md), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a block index:
 
 - ``act/{s}.{site}/{stat}`` (stack sites ``embed``, ``final_norm``) and ``act/{s}.{i}.{site}/{stat}``,
-  ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest, kurtosis at every site; token_cos at ``out`` only and
+  ``{stat}`` in ``STATS`` (rms, mean, maxabs, crest, kurtosis at every site; token_cos and massive at ``out`` only and
   saturation at norm sites only: ``ACT_STAT_SITES``, :func:`act_stats`);
 - ``grad/{s}.{i}/norm``, ``update/{s}.{i}/{ratio|adam_rms}``, ``update/{s}.{i}.{m}/{rms|ratio}`` (``{m}`` as in ``weight/``),
-  ``attn/{s}.{i}.{self_attn|cross_attn}/{entropy|max_logit}``, head k's ``attn/{s}.{i}.{a}.h{k}/max_logit`` (no other has a head);
+  ``attn/{s}.{i}.{self_attn|cross_attn}/{entropy|max_logit|sink_mass}``, head k's ``attn/{s}.{i}.{a}.h{k}/max_logit``
+  (no other has a head);
 - ``weight/{s}.{i}.{m}/{sigma_max|stable_rank}``, ``{m}`` a block matrix (``WEIGHT_SITES``: ``self_attn.q``,
   ``cross_attn.out``, ``ffn.in``, ... = :func:`matrix_site` of a residual and a ``linear_roles()`` role);
 - ``scale/{s}.{i}.{site}/{stat}``, a learned scale: a norm's parameters at ``{r}.{slot}`` or ``{a}.{h}``
@@ -17,13 +18,11 @@ Names (stable; docs/telemetry.md), ``{s}`` a stack (``enc``, ``dec``), ``{i}`` a
 - ``bstat/{s}.{i}.{r}.{slot}/{stat}`` and ``bstat/{s}.final_norm/{stat}``: a batch-reading norm's batch
   statistics against its running ones (``{stat}`` a ``BATCH_STATISTICS`` name + ``_dist``: ``mean_dist``,
   ``var_dist``, ``phi_dist``; :func:`batch_stat_dist`);
-- ``hc/{s}/{fwd_gain|bwd_gain}``: with hyper-connections (``norm.hc``), the composite residual gain of stack
-  ``{s}`` (mHC's Amax Gain Magnitude: max row / column sum of |product of the residual mixing matrices|, the
-  largest over the batch's real tokens; :func:`hc_gain`);
+- ``hc/{s}/{fwd_gain|bwd_gain}``: with hyper-connections (``norm.hc``), stack ``{s}``'s composite residual gain (mHC's
+  Amax Gain Magnitude: max row / column sum of |product of the mixing matrices|, max over real tokens; :func:`hc_gain`);
 - ``out/{logz|max_logit}``: the output logits, and ``optim/below_eps``: the optimizer's state (and QK-Clip's
-  ``optim/qk_clip_count``, ``optim/qk_clip_min_factor``), families of no
-  stack (the name has no middle part; the trainer's own ``optim/lr``, ``optim/grad_norm``, ... are not telemetry
-  and do not parse).
+  ``optim/qk_clip_count``, ``optim/qk_clip_min_factor``), families of no stack (the name has no middle part; the
+  trainer's own ``optim/lr``, ``optim/grad_norm``, ... are not telemetry and do not parse).
 
 Block sites (``BLOCK_SITES``): ``in``, ``out``, a residual sublayer ``{r}`` (its branch output),
 a filled norm slot of it ``{r}.{slot}`` (that norm's output), the input of a filled ``norm_out``
@@ -32,9 +31,8 @@ norm site ``{a}.{q_norm|k_norm|v_norm}``. Whether each is read before or after a
 gain: docs/telemetry.md, "Metric names".
 The depth order runs over every encoder block, then every decoder block (:func:`depth`).
 
-A stat is defined here too: its name in ``STATS`` and its value from a site's raw sums
-(:func:`derive_stats`). Imports nothing but the standard library, so the report and the scripts
-can use it anywhere.
+A stat is defined here too: its name in ``STATS`` and its value from a site's raw sums (:func:`derive_stats`).
+Imports nothing but the standard library, so the report and the scripts can use it anywhere.
 """
 
 import math
@@ -43,7 +41,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 STACKS = ("enc", "dec")  # in depth order
-STATS = ("rms", "mean", "maxabs", "crest", "kurtosis", "token_cos", "saturation")  # per act site, by derive_stats
+STATS = ("rms", "mean", "maxabs", "crest", "kurtosis", "token_cos", "massive", "saturation")  # per act site (derive_stats)
 SITE_GROUPS = ("embed", "in", "branch", "norm", "out", "final_norm")  # the ``telemetry.sites`` config values
 RESIDUALS = ("self_attn", "cross_attn", "ffn")  # residual sublayers, in forward order
 ATTENTIONS = ("self_attn", "cross_attn")
@@ -61,12 +59,12 @@ BLOCK_SITES = (
     *PRE_NORM_SITES,
     *(f"{a}.{site}" for a in ATTENTIONS for site in ATTENTION_NORM_SITES),
 )
-# act stats that exist at some sites only: token_cos at block outputs, saturation at a norm's output (recorded where
-# it is DyT, Derf or DyISRU).
+# act stats that exist at some sites only: token_cos and massive at block outputs, saturation at a norm's output
+# (recorded where it is DyT, Derf or DyISRU).
 _NORM_OUTPUT_SITES = (*(s for s in BLOCK_SITES if "norm" in s and s not in PRE_NORM_SITES), "final_norm")
-ACT_STAT_SITES = {"token_cos": ("out",), "saturation": _NORM_OUTPUT_SITES}
+ACT_STAT_SITES = {"token_cos": ("out",), "massive": ("out",), "saturation": _NORM_OUTPUT_SITES}
 # weight/: the matrices of a block, by residual and ``linear_roles()`` role (model/attention.py, model/layers.py).
-MATRIX_ROLES = ("attn.q", "attn.k", "attn.v", "attn.out", "ffn.in", "ffn.out")
+MATRIX_ROLES = ("attn.q", "attn.k", "attn.v", "attn.out", "attn.gate", "ffn.in", "ffn.out")
 _MATRIX_SITES = {
     (r, role): f"{r}.{role.split('.')[1]}"
     for r in RESIDUALS
@@ -96,7 +94,7 @@ FAMILY_STATS = {
     "act": STATS,
     "grad": ("norm",),
     "update": ("ratio", "adam_rms", "rms"),
-    "attn": ("entropy", "max_logit"),
+    "attn": ("entropy", "max_logit", "sink_mass"),
     "weight": WEIGHT_STATS,
     "scale": SCALE_STATS,
     "out": ("logz", "max_logit"),
@@ -227,6 +225,7 @@ def derive_stats(raw: dict[str, float]) -> dict[str, float]:
       positions of x_j^2: kurtosis = chan_m4 / chan_m2^2 (He et al. 2024, arXiv 2405.19279, eq. 1; 0 when x = 0);
     - ``cos_sum`` = the sum over sequences of their mean pairwise token cosine, ``cos_seqs`` = the number
       of sequences with 2 or more real tokens: token_cos = cos_sum / cos_seqs (left out when cos_seqs = 0);
+    - ``median_abs`` = the median of |x| (the lower middle value): massive = maxabs / median_abs (Sun et al. 2024);
     - ``saturated`` = the count of elements within 1 % of a bounded norm's bound: saturation = saturated / n.
     """
     rms = math.sqrt(raw["sumsq"] / raw["n"])
@@ -235,6 +234,8 @@ def derive_stats(raw: dict[str, float]) -> dict[str, float]:
         out["kurtosis"] = raw["chan_m4"] / raw["chan_m2"] ** 2 if raw["chan_m2"] else 0.0
     if raw.get("cos_seqs"):
         out["token_cos"] = raw["cos_sum"] / raw["cos_seqs"]
+    if raw.get("median_abs"):  # left out when half the elements are 0
+        out["massive"] = raw["maxabs"] / raw["median_abs"]
     if "saturated" in raw:
         out["saturation"] = raw["saturated"] / raw["n"]
     return out
@@ -279,9 +280,9 @@ def adam_rms(stack: str, layer: int) -> Metric:
     return Metric("update", stack, layer, stat="adam_rms")
 
 
-def attn_entropy(stack: str, layer: int, attention: str) -> Metric:
-    """``attn/{stack}.{layer}.{attention}/entropy``."""
-    return Metric("attn", stack, layer, attention, "entropy")
+def attn_stat(stack: str, layer: int, attention: str, stat: str) -> Metric:
+    """``attn/{stack}.{layer}.{attention}/{stat}``, ``stat`` ``entropy`` or ``sink_mass`` (max_logit: :func:`attn_max_logit`)."""
+    return Metric("attn", stack, layer, attention, stat)
 
 
 def matrix_site(residual: str, role: str) -> str:
@@ -385,9 +386,8 @@ def n_enc_layers_seen(seen: Iterable[tuple[str | None, int | None]]) -> int:
 def depth_profile(stats: dict[str, float], stat: str = "rms") -> dict[str, list[tuple[int, float]]]:
     """Per-block metrics ``act/{enc|dec}.{i}.{site}/{stat}`` as lines of (depth, value) per site.
 
-    Depth runs over the encoder, then the decoder (decoder block i sits at n_enc_layers + i, with
-    n_enc_layers taken from the metrics), so one axis spans the whole model. Sites outside blocks
-    (embed, final_norm) are left out.
+    Depth runs over the encoder, then the decoder (decoder block i sits at n_enc_layers + i, with n_enc_layers taken
+    from the metrics), so one axis spans the whole model. Sites outside blocks (embed, final_norm) are left out.
     """
     parsed = ((parse(k), v) for k, v in stats.items())
     # (stack, layer, site, value); a block's act metric has all three

@@ -31,7 +31,8 @@ given directories (a Hydra multirun dir, a single run dir, or several) and write
 - one PNG per chart (``loss.png``, ``val_loss.png``, ``val_<metric>.png`` (``val_per.png``), ``rms_vs_depth.png``,
   ``grad_vs_depth.png``), and those of the stability charts that have data (``analysis/stability.py``):
   ``attn_max_logit_<j>.png`` and ``sigma_max_vs_depth_<j>.png`` for the j-th variant, ``out_logz.png``,
-  ``kurtosis_vs_depth.png``; with hyper-connections (``norm.hc``), ``hc_gain_<j>.png`` and ``hc_gains.csv``, their
+  ``kurtosis_vs_depth.png``, ``massive_vs_depth.png``, ``sink_vs_depth.png``; with hyper-connections (``norm.hc``),
+  ``hc_gain_<j>.png`` and ``hc_gains.csv``, their
   composite residual gain (``analysis/hyper_connections.py``).
 - ``summary.csv``, always: one row per (variant, metric) with counts, n, mean, stderr, std, and with a baseline
   the paired difference and its CI, then ``params``, ``hc_params`` (the variant's parameter counts) and with a baseline

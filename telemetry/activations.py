@@ -34,8 +34,9 @@ max of n |N(0, 1)|, 3.97 at n = 64 x 128 and 5.08 at 3000 x 512, growing with n;
 when a few "massive activations" stand out, Sun et al. 2024); ``kurtosis`` = mean_j s_j^4 /
 (mean_j s_j^2)^2 of the per-channel RMS s_j over real positions (He et al. 2024, arXiv 2405.19279,
 eq. 1); at ``out`` only, ``token_cos`` = the mean over sequences of the mean cosine between two
-different real tokens (rank collapse: 1); at a norm of a bounded kind only (``model.kinds``), ``saturation`` = the share
-of its input's real elements beyond ``SATURATION`` of the bound. Exact definitions and Gaussian
+different real tokens (rank collapse: 1) and ``massive`` = maxabs / median |x| (Sun et al. 2024); at a
+norm of a bounded kind only (``model.kinds``), ``saturation`` = the share of its input's real elements
+beyond ``SATURATION`` of the bound. Exact definitions and Gaussian
 baselines of every statistic: docs/telemetry.md.
 
 Each site's raw sums (``sum``, ``sumsq``, ``maxabs``, ``n``, ...) stay on the device; ``derive_stats``
@@ -163,6 +164,8 @@ class ActivationStats:
                     self._take(key, x.detach(), k, count[tap.positions], tap.features)
                     if "token_cos" in self.cfg.stats and tap.site in ACT_STAT_SITES["token_cos"]:
                         self.sums[key] |= _token_cos_sums(x.detach(), k)
+                    if "massive" in self.cfg.stats and tap.site in ACT_STAT_SITES["massive"]:
+                        self.sums[key]["median_abs"] = _median_abs(x.detach(), k)
                     saturation = "saturation" in self.cfg.stats and tap.site in ACT_STAT_SITES["saturation"]
                     if saturation and isinstance(mod, BoundedNorm):
                         self.sums[key]["saturated"] = _saturated(mod, args[0].detach(), k, tap.features)
@@ -208,6 +211,18 @@ class ActivationStats:
             out.update({act(*site, stat).name: derived[stat] for stat in self.cfg.stats if stat in derived})
         self.sums.clear()
         return out
+
+
+@torch.no_grad()
+def _median_abs(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The median of |x| over the real positions' elements (the lower of the two middle values when their count is
+    even, ``torch.median``'s), for ``massive`` = max |x| / median |x| (Sun et al. 2024, "Massive Activations in Large
+    Language Models", arXiv 2402.17762, sec. 2: a massive activation is about 1000x the median magnitude).
+
+    Args:
+        x: (B, L, D); keep: (B, L) float, 1 at real positions.
+    """
+    return x.float().abs()[keep.bool()].median()
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ class TelemetryConfig:
     Attributes:
         every: steps between records; 0 turns telemetry off.
         sites: activation site groups, a subset of ``SITE_GROUPS``.
-        stats: statistics per site, a subset of ``STATS``; ``token_cos`` and ``saturation`` are taken
+        stats: statistics per site, a subset of ``STATS``; ``token_cos``, ``massive`` and ``saturation`` are taken
             only at the sites that define them (``ACT_STAT_SITES``; saturation where the norm's kind is bounded,
             ``model.kinds``).
         grads: record ``grad/{s}.{i}/norm``.
@@ -22,6 +22,8 @@ class TelemetryConfig:
         scales: record ``scale/{s}.{i}.{site}/{stat}``, every learned norm gain, gate and temperature.
         attn_entropy: record ``attn/.../entropy`` (from the attention logits, written out from q and k).
         attn_max_logit: record ``attn/.../max_logit`` (the same logits: computed once when both are on).
+        attn_sink_mass: record ``attn/.../sink_mass``, the share of attention on the first key (from the weights
+            the attention applies, written out from the same q and k).
         logits: record ``out/logz`` and ``out/max_logit`` from the training step's output logits.
         adam: record ``update/{s}.{i}/adam_rms`` and ``optim/below_eps`` from AdamW's state after the step.
         batch_stats: record ``bstat/.../{mean_dist|var_dist|phi_dist}`` at every batch-reading norm (BatchNorm,
@@ -33,13 +35,14 @@ class TelemetryConfig:
 
     every: int = 50
     sites: tuple[str, ...] = SITE_GROUPS
-    stats: tuple[str, ...] = STATS
+    stats: tuple[str, ...] = tuple(s for s in STATS if s != "massive")  # telemetry=light's; full adds massive
     grads: bool = True
     updates: bool = False
     attn_entropy: bool = False
     weights: bool = True
     scales: bool = True
     attn_max_logit: bool = True
+    attn_sink_mass: bool = False
     logits: bool = True
     adam: bool = True
     batch_stats: bool = True

@@ -102,7 +102,8 @@ def test_setting_a_sweep_jobs_keys_on_a_composed_config_is_what_hydra_composes()
         ("+seeds=1", "seeds is not a key of the config; valid keys: seed, model, norm, data, optim, schedule, trainer, logger, "
          "telemetry, decode, train"),
         ("+model.vocab=5", "model.vocab is not a key of model; valid keys: d_model, n_heads, d_ff, n_enc_layers, n_dec_layers, "
-         "dropout, attn_dropout, act_dropout, max_len, positions, tie_embeddings, weight_norm, residual_streams"),
+         "dropout, attn_dropout, act_dropout, max_len, positions, tie_embeddings, weight_norm, residual_streams, attn_gate, "
+         "attn_sink, attn_softmax, attn_softcap, final_softcap"),
         ("data=multi30k +data.keep_stress=true", f"data.keep_stress is not a key of data (translation); valid keys: "
          f"{TRANSLATION_KEYS}"),
         ("data=multi30k +data.hub.splits.dev=x", "data.hub.splits.dev is not a key of data.hub.splits; valid keys: train, "
@@ -203,10 +204,19 @@ def test_each_norm_preset_states_only_what_differs_from_the_base():
     base = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "norm_base.yaml"))
     presets = sorted((ROOT / "conf" / "norm").glob("*.yaml"))
     assert {p.stem for p in presets} >= set(NORM_PRESETS_AT_ABC122C)
+    model_base = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model_base.yaml"))
+    top_level = []
     for path in presets:
         own = OmegaConf.to_container(OmegaConf.load(path))
-        assert own.pop("defaults") == ["/norm_base@_here_", "_self_"], path.name
+        if own["defaults"] == ["/norm_base@norm", "_self_"]:  # a preset that sets model keys too: written at the top
+            top_level.append(path.stem)
+            assert path.read_text().startswith("# @package _global_\n") and set(own) == {"defaults", "norm", "model"}
+            own, model = own["norm"], own["model"]
+            assert all(key in model_base and model_base[key] != value for key, value in model.items()), (path.name, model)
+        else:
+            assert own.pop("defaults") == ["/norm_base@_here_", "_self_"], path.name
         assert all(key in base and base[key] != value for key, value in own.items()), (path.name, own)
+    assert top_level == ["gemma2", "qwen3next"]
 
 
 def test_help_lists_the_norm_presets_and_not_their_base():

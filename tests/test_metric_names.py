@@ -25,8 +25,8 @@ from runlog.metric_names import (
     act_stats,
     adam_below_eps,
     adam_rms,
-    attn_entropy,
     attn_max_logit,
+    attn_stat,
     batch_stat_dist,
     blocks,
     depth,
@@ -58,7 +58,7 @@ def every_metric() -> list[Metric]:
         for layer in (0, 11):
             metrics += [act(stack, layer, site, stat) for site in BLOCK_SITES for stat in act_stats(site)]
             metrics += [grad_norm(stack, layer), update_ratio(stack, layer), adam_rms(stack, layer)]
-            metrics += [attn_entropy(stack, layer, a) for a in ATTENTIONS]
+            metrics += [attn_stat(stack, layer, a, "entropy") for a in ATTENTIONS]
             metrics += [weight_spectrum(stack, layer, m, stat) for m in WEIGHT_SITES for stat in WEIGHT_STATS]
             metrics += [learned_scale(stack, layer, site, stat) for site, stats in SCALE_SITE_STATS.items() for stat in stats]
             metrics += [attn_max_logit(stack, layer, a, head) for a in ATTENTIONS for head in (None, 0, 3, 10)]
@@ -78,7 +78,7 @@ def test_names_are_the_documented_strings():
     assert update_ratio("dec", 0).name == "update/dec.0/ratio"
     assert adam_rms("enc", 2).name == "update/enc.2/adam_rms"
     assert adam_below_eps().name == "optim/below_eps" and adam_below_eps().block is None
-    assert attn_entropy("dec", 1, "self_attn").name == "attn/dec.1.self_attn/entropy"
+    assert attn_stat("dec", 1, "self_attn", "entropy").name == "attn/dec.1.self_attn/entropy"
     assert weight_spectrum("dec", 1, "cross_attn.v", "sigma_max").name == "weight/dec.1.cross_attn.v/sigma_max"
     assert weight_spectrum("enc", 0, "ffn.in", "stable_rank").name == "weight/enc.0.ffn.in/stable_rank"
     assert learned_scale("enc", 0, "ffn.norm_in", "gain_mean").name == "scale/enc.0.ffn.norm_in/gain_mean"
@@ -210,13 +210,15 @@ def test_every_stat_is_derived_from_the_raw_sums():
     assert derived == pytest.approx({"rms": 4.5**0.5, "mean": 1.0, "maxabs": 3.0, "crest": 3.0 / 4.5**0.5})
     assert derive_stats({"sumsq": 0.0, "sum": 0.0, "maxabs": 0.0, "n": 4.0})["crest"] == 0.0
     # as 2 tokens x 2 channels, (1, 3) and (-2, 2): s^2 = (5/2, 13/2), mean s^2 = 9/2, mean s^4 = 97/4;
-    # 2 sequences' mean pairwise cosines 0.5 and 0.25; 1 of the 4 elements saturated.
-    extra = {"chan_m2": 4.5, "chan_m4": 24.25, "cos_sum": 0.75, "cos_seqs": 2.0, "saturated": 1.0}
+    # 2 sequences' mean pairwise cosines 0.5 and 0.25; 1 of the 4 elements saturated; |x| = (1, 2, 2, 3): the lower
+    # median 2, so massive = 3 / 2.
+    extra = {"chan_m2": 4.5, "chan_m4": 24.25, "cos_sum": 0.75, "cos_seqs": 2.0, "saturated": 1.0, "median_abs": 2.0}
     derived = derive_stats(pooled | extra)
     assert list(derived) == list(STATS)
     assert derived["kurtosis"] == pytest.approx(24.25 / 4.5**2)
-    assert derived["token_cos"] == pytest.approx(0.375) and derived["saturation"] == 0.25
+    assert derived["token_cos"] == pytest.approx(0.375) and derived["saturation"] == 0.25 and derived["massive"] == 1.5
     assert "token_cos" not in derive_stats(pooled | extra | {"cos_sum": 0.0, "cos_seqs": 0.0})  # no sequence of 2 tokens
+    assert "massive" not in derive_stats(pooled | extra | {"median_abs": 0.0})  # half the elements 0: no ratio
 
 
 def test_depth_order_is_encoder_blocks_then_decoder_blocks():

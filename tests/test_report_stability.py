@@ -17,6 +17,7 @@ from runlog.metric_names import (
     WEIGHT_SITES,
     act,
     attn_max_logit,
+    attn_stat,
     batch_stat_dist,
     blocks,
     learned_scale,
@@ -39,7 +40,7 @@ from tests.helpers.runs import (
 )
 
 PNGS = ["attn_max_logit_1.png", "attn_max_logit_2.png", "out_logz.png", "sigma_max_vs_depth_1.png",
-        "sigma_max_vs_depth_2.png", "kurtosis_vs_depth.png"]  # fmt: skip
+        "sigma_max_vs_depth_2.png", "kurtosis_vs_depth.png", "massive_vs_depth.png", "sink_vs_depth.png"]  # fmt: skip
 # c0 puts pre-LN at a second LR (1.0, no max logits): an LR axis, so the LR-sensitivity max-logit chart at the
 # second-highest LR, 0.002, follows (tests/test_lrs.py; the other LR charts need val/loss at step 0, not logged here)
 LR_CHARTS = ["attn_max_logit_lr_2"]
@@ -52,7 +53,8 @@ def attentions(stack: str) -> list[str]:
 
 
 def matrices(stack: str) -> list[str]:
-    return [m for m in WEIGHT_SITES if stack == "dec" or not m.startswith("cross_attn")]
+    """The block matrices of a model without an attention gate (model.attn_gate)."""
+    return [m for m in WEIGHT_SITES if (stack == "dec" or not m.startswith("cross_attn")) and not m.endswith(".gate")]
 
 
 def max_logit(seed: int, step: int, d: int, attention: str) -> float:
@@ -71,13 +73,24 @@ def kurtosis(seed: int, step: int, d: int) -> float:
     return 1 + d + step / 50 + seed
 
 
+# the other block-output profiles charted by depth, each its own made-up values: (metric of block d, value)
+DEPTH_CHARTS = {
+    "kurtosis_vs_depth": (lambda stack, i: act(stack, i, "out", "kurtosis"), kurtosis),
+    "massive_vs_depth": (lambda stack, i: act(stack, i, "out", "massive"), lambda seed, step, d: 6 + 10 * d + step + seed),
+    "sink_vs_depth": (
+        lambda stack, i: attn_stat(stack, i, "self_attn", "sink_mass"),
+        lambda seed, step, d: 0.1 * (d + 1) + step / 1000 + seed / 100,
+    ),
+}
+
+
 def stability_rows(seed: int, steps: list[int]) -> list[dict]:
     """Telemetry rows as train.py writes them, of the four metrics the stability charts read."""
     rows = []
     for step in steps:
         row = {"step": step, output_logits("logz").name: logz(seed, step)}
         for d, (stack, i) in enumerate(BLOCKS):
-            row[act(stack, i, "out", "kurtosis").name] = kurtosis(seed, step, d)
+            row.update({metric(stack, i).name: value(seed, step, d) for metric, value in DEPTH_CHARTS.values()})
             row.update({attn_max_logit(stack, i, a).name: max_logit(seed, step, d, a) for a in attentions(stack)})
             row.update({weight_spectrum(stack, i, m, "sigma_max").name: sigma(seed, step, d, m) for m in matrices(stack)})
         rows.append(row)
@@ -142,7 +155,8 @@ def test_sigma_max_lines_are_per_matrix_vs_depth_at_the_last_record(variants: di
         depths = [2, 3] if line.name.startswith("cross_attn") else [0, 1, 2, 3]
         assert line.x == depths and line.role == "profile" and line.dash == ("dash" if "cross" in line.name else "solid")
         np.testing.assert_allclose(line.y, [sigma(0.5, 100, d, line.name) for d in depths])
-    assert [line.shade for line in lines[::2]] == [0.0, 0.2, 0.4, 0.6, 0.8] and lines[-1].shade == 1.0
+    # shaded by the role's place among MATRIX_ROLES (q, k, v, out, gate, ffn.in, ffn.out), the gate's left unused here
+    assert [line.shade for line in lines[::2]] == pytest.approx([0, 1 / 6, 2 / 6, 3 / 6, 5 / 6]) and lines[-1].shade == 1.0
     # B: seed 1's last record is step 50; the chart is at 100, from seed 0 alone, and says so
     step, count, lines = sigma_max_lines(variants[VARIANT_B])
     assert (step, count) == (100, " (n = 1 of 2)")
@@ -152,12 +166,14 @@ def test_sigma_max_lines_are_per_matrix_vs_depth_at_the_last_record(variants: di
     assert sigma_max_lines(variants[VARIANT_LR]) == (None, "", [])
 
 
-def test_kurtosis_is_one_line_per_variant_at_its_last_record(variants: dict) -> None:
-    (panel,) = [p for p in stability_panels(list(variants.values())) if p.key == "kurtosis_vs_depth"]
+@pytest.mark.parametrize("key", DEPTH_CHARTS)
+def test_kurtosis_massive_and_sink_are_one_line_per_variant_at_its_last_record(variants: dict, key: str) -> None:
+    (panel,) = [p for p in stability_panels(list(variants.values())) if p.key == key]
+    value = DEPTH_CHARTS[key][1]
     assert [line.name for line in panel.lines] == [f"{VARIANT_A} @ step 100", f"{VARIANT_B} @ step 100 (n = 1 of 2)"]
     assert panel.lines[0].x == [0, 1, 2, 3]
-    np.testing.assert_allclose(panel.lines[0].y, [kurtosis(0.5, 100, d) for d in range(4)])
-    np.testing.assert_allclose(panel.lines[1].y, [kurtosis(0, 100, d) for d in range(4)])
+    np.testing.assert_allclose(panel.lines[0].y, [value(0.5, 100, d) for d in range(4)])
+    np.testing.assert_allclose(panel.lines[1].y, [value(0, 100, d) for d in range(4)])
 
 
 def test_report_draws_each_stability_chart_with_data_into_a_linked_png(sweep: Path, tmp_path: Path) -> None:

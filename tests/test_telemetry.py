@@ -97,7 +97,7 @@ def test_unknown_site_or_stat_lists_the_valid_ones():
     ):
         TelemetryConfig(sites=("outt",))
     with pytest.raises(
-        ValueError, match="unknown telemetry.stats \\['kurt'\\]; valid stats: rms, mean, maxabs, crest, kurtosis, token_cos, sat"
+        ValueError, match="unknown telemetry.stats \\['kurt'\\]; valid stats: rms, mean, maxabs, crest, kurtosis, token_cos, mass"
     ):
         TelemetryConfig(stats=("kurt",))
 
@@ -137,12 +137,12 @@ def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]
     return tele.collect()
 
 
-SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "logits", "weights", "scales", "adam", "batch_stats")
+SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "attn_sink_mass", "logits", "weights", "scales", "adam", "batch_stats")
 
 
 def test_docs_metric_names_table_is_what_each_group_records():
     rows = [[c.strip("`") for c in row] for row in doc_table("recorded by")]
-    assert len(rows) == 26
+    assert len(rows) == 27
     # Between them, every kind of site: q/k/v norms, residual gates, an l2 QK-norm temperature, closing norms, GPAS gates,
     # batch-reading norms (PowerNorm in the encoder, BatchNorm in the decoder).
     models = [make("sandwich", qk="rmsnorm", v="layernorm"), make("layerscale", qk="l2"), make("post", gpas=True),

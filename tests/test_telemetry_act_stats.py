@@ -8,7 +8,7 @@ import torch
 
 from model.config import ModelConfig, NormConfig
 from model.transformer import EncoderDecoder
-from runlog.metric_names import ACT_STAT_SITES, parse
+from runlog.metric_names import ACT_STAT_SITES, STATS, parse
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from tests.helpers.telemetry import batch, qkv_model_and_batch, record
@@ -139,14 +139,14 @@ def test_the_stats_of_a_model_equal_hand_computation_at_out_and_per_head_sites()
 
 
 def test_each_stat_is_recorded_only_where_defined_and_only_when_configured():
-    stats = record(make("dyt", d=32), *batch())
+    stats = record(make("dyt", d=32), *batch(), cfg=TelemetryConfig(every=1, stats=STATS))  # every stat, massive too
     where = {}
     for key in stats:
         m = parse(key)
         assert m is not None and m.name == key, key
         if m.family == "act":
             where.setdefault(m.stat, set()).add(m.site)
-    assert where["token_cos"] == {"out"}
+    assert where["token_cos"] == where["massive"] == {"out"}
     assert where["saturation"] == {"self_attn.norm_in", "cross_attn.norm_in", "ffn.norm_in", "final_norm"}
     derf = {parse(k).site for k in record(make("derf", d=32), *batch()) if parse(k).stat == "saturation"}
     assert derf == where["saturation"]  # Derf's erf is bounded by 1 like DyT's tanh
@@ -154,7 +154,8 @@ def test_each_stat_is_recorded_only_where_defined_and_only_when_configured():
     assert "saturation" not in {parse(k).stat for k in record(make(d=32), *batch())}  # LayerNorm: unbounded
     only = record(make("dyt", d=32), *batch(), cfg=TelemetryConfig(every=1, stats=("rms",), grads=False))
     assert {parse(k).stat for k in only if parse(k).family == "act"} == {"rms"}
-    assert set(ACT_STAT_SITES) == {"token_cos", "saturation"}
+    assert set(ACT_STAT_SITES) == {"token_cos", "massive", "saturation"}
+    assert "massive" not in {parse(k).stat for k in record(make(d=32), *batch(), cfg=TelemetryConfig(every=1))}  # light's
 
 
 def test_stats_are_taken_in_float32_inside_a_bf16_autocast_pass():

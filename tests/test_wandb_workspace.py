@@ -41,8 +41,9 @@ def test_stability_sections(workspace) -> None:
     assert [p.title for p in sections["Attention max logit per block"].panels][:3] == [
         "enc.0 attention max logit", "enc.1 attention max logit", "dec.0 attention max logit"]  # fmt: skip
     spectra = panel_metrics(sections["Spectral norm per block"])
-    enc = ["self_attn.q", "self_attn.k", "self_attn.v", "self_attn.out", "ffn.in", "ffn.out"]
-    dec = [*enc[:4], "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.out", *enc[4:]]
+    # the gate's matrix too (model.attn_gate): a series a run without a gate leaves empty, as the QK-Clip panels
+    enc = ["self_attn.q", "self_attn.k", "self_attn.v", "self_attn.out", "self_attn.gate", "ffn.in", "ffn.out"]
+    dec = [*enc[:5], "cross_attn.q", "cross_attn.k", "cross_attn.v", "cross_attn.out", "cross_attn.gate", *enc[5:]]
     assert spectra[1] == [f"weight/enc.1.{m}/sigma_max" for m in enc]  # no cross-attention in an encoder block
     assert spectra[4] == [f"weight/dec.2.{m}/sigma_max" for m in dec] and len(spectra) == 5
     assert all(p.log_y for p in sections["Spectral norm per block"].panels)

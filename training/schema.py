@@ -395,5 +395,11 @@ def validate(cfg: DictConfig) -> RunConfig:
     }
     data = variants["data"][0](**values["data"])
     model = ModelConfig.from_dict({"src_vocab": 1, "tgt_vocab": 1, **values["model"], "norm": values["norm"]})
+    if groups["optim"].qk_clip is not None and model.attn_softcap is not None:  # QK-Clip would read the capped logits
+        raise ValueError(
+            f"optim.qk_clip compares each head's max logit q.k / sqrt(d_head) with tau, and model.attn_softcap="
+            f"{model.attn_softcap} caps them first, so it would read capped ones: use one of the two (optim.qk_clip=null "
+            "or model.attn_softcap=null)"
+        )
     logger = variants["logger"][0](**values["logger"])
     return RunConfig(seed=values["seed"], model=model, data=data, logger=logger, resolved=values, **groups)
