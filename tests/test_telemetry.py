@@ -137,7 +137,8 @@ def record_step(model: EncoderDecoder, cfg: TelemetryConfig) -> dict[str, float]
     return tele.collect()
 
 
-SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "attn_sink_mass", "logits", "weights", "scales", "adam", "batch_stats")
+SWITCHES = ("grads", "updates", "attn_entropy", "attn_max_logit", "attn_sink_mass", "logits", "weights", "scales", "adam",
+            "batch_stats")  # fmt: skip
 
 
 def test_docs_metric_names_table_is_what_each_group_records():
