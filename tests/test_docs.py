@@ -46,7 +46,10 @@ def test_readme_is_at_most_150_lines_and_starts_with_the_two_commands():
     ci = (ROOT / ".ci" / "run").read_text()
     assert setup + "python -m pytest -q" in ci
     # the style and the types are checked before the tests, with the settings of pyproject.toml
-    assert -1 < ci.index("ruff check . && ruff format --check . && mypy\n") < ci.index(setup + "python -m pytest -q")
+    # each check on its own line, so that set -e stops CI on it (inside an a && b list it would not), before the tests
+    lines = ci.splitlines()
+    checks = [lines.index(c) for c in ("ruff check .", "ruff format --check .", "mypy")]
+    assert checks == sorted(checks) and checks[-1] < ci[: ci.index(setup + "python -m pytest -q")].count("\n")
 
 
 def code_map() -> dict[str, set[str]]:
