@@ -26,18 +26,16 @@ override is reported before they load.
 import dataclasses
 import importlib
 import math
-import types
 import typing
 from dataclasses import dataclass
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from data.config import CmudictDataConfig, TranslationDataConfig
 from model.config import ModelConfig, NormConfig
-from runlog.renames import renamed_message
 from runlog.tasks import task_spec
 from telemetry.config import TelemetryConfig
+from training.key_check import check_keys
 from training.muon_config import MuonConfig
 from training.qk_clip_config import QKClipConfig
 
@@ -50,12 +48,6 @@ INVERSE_SQRT_NEEDS_WARMUP = (
     "for a run without warmup use schedule.decay=linear, cosine or constant"
 )
 MODEL_KEYS_NOT_IN_CONFIG = ("src_vocab", "tgt_vocab", "pad_id", "share_embeddings", "norm")
-_NOUNS = {
-    bool: ("a boolean (true or false)", "booleans"),
-    int: ("an integer", "integers"),
-    float: ("a number", "numbers"),
-    str: ("a string", "strings"),
-}
 
 
 def _require(ok: bool, key: str, value: object, valid: str) -> None:
@@ -293,68 +285,6 @@ class RunConfig:
     resolved: dict
 
 
-def _describe(tp: Any) -> str:
-    """``tp`` in words: ``an integer or null``, ``a list of 2 numbers``, ..."""
-    args = typing.get_args(tp)
-    if isinstance(tp, types.UnionType):
-        words = " or ".join(_describe(a) for a in args if a is not type(None))
-        return f"{words} or null" if type(None) in args else words
-    if typing.get_origin(tp) in (tuple, list):
-        count = "" if len(args) == 1 or args[-1] is Ellipsis else f"{len(args)} "
-        noun = "mappings" if dataclasses.is_dataclass(args[0]) else _NOUNS[args[0]][1]  # norm.blocks: a list of BlockNorm
-        return f"a list of {count}{noun}"
-    if dataclasses.is_dataclass(tp) or dict in (tp, typing.get_origin(tp)):
-        return "a mapping of keys to values"
-    return _NOUNS[tp][0]
-
-
-def _matches(value: Any, tp: Any) -> bool:
-    """Whether ``value`` (plain YAML data) has type ``tp``; a bool is not an integer, an integer is a number."""
-    args = typing.get_args(tp)
-    if isinstance(tp, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if typing.get_origin(tp) in (tuple, list):
-        if not isinstance(value, list):
-            return False
-        if len(args) == 1 or args[-1] is Ellipsis:
-            return all(_matches(v, args[0]) for v in value)
-        return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args, strict=True))
-    if dataclasses.is_dataclass(tp) or typing.get_origin(tp) is dict:  # norm.knobs: its dataclass checks the rest
-        return isinstance(value, dict)
-    if tp in (int, float) and isinstance(value, bool):
-        return False
-    return isinstance(value, (int, float) if tp is float else tp)
-
-
-def _check_keys(values: dict, schema: type, prefix: str, group: str, skip: tuple[str, ...] = ()) -> None:
-    """Check the keys and types of ``values`` (plain YAML data) against the dataclass ``schema``,
-    recursing into nested dataclass fields. ``prefix`` is prepended to key names in messages
-    (``trainer.``), ``group`` names the schema, ``skip`` lists fields that are not config keys.
-
-    Raises:
-        ValueError: an unknown key (the message lists the valid ones, or names the new key of a
-            renamed one: ``runlog.renames``), a missing key that has
-            no default, or a value of the wrong type (the message names the expected type).
-    """
-    fields = [f for f in dataclasses.fields(schema) if f.name not in skip]
-    hints = typing.get_type_hints(schema)
-    valid = [f.name for f in fields]
-    for key in values:
-        if key not in valid:
-            if renamed := renamed_message(prefix + key):
-                raise ValueError(renamed)
-            raise ValueError(f"{prefix}{key} is not a key of {group}; valid keys: {', '.join(valid)}")
-    for f in fields:
-        key, tp = prefix + f.name, hints[f.name]
-        if f.name not in values:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ValueError(f"{key} is missing: expected {_describe(tp)}")
-        elif not _matches(values[f.name], tp):
-            raise ValueError(f"{key}={values[f.name]!r} is invalid: expected {_describe(tp)}")
-        elif dataclasses.is_dataclass(tp):
-            _check_keys(values[f.name], tp, key + ".", key)
-
-
 def _variant_schemas(values: dict) -> dict[str, tuple[type, str, tuple[str, ...]]]:
     """group -> (schema, its name in messages, fields that are not keys) for the groups whose
     schema depends on their content: model (ModelConfig's sizes), data (its task's), logger (by name).
@@ -383,10 +313,10 @@ def validate(cfg: DictConfig) -> RunConfig:
         ValueError: the first bad key or value, in one line naming it and what is valid.
     """
     values = OmegaConf.to_container(cfg, resolve=True)
-    _check_keys(values, _Composed, "", "the config")
+    check_keys(values, _Composed, "", "the config")
     variants = _variant_schemas(values)
     for group, (schema, name, skip) in variants.items():
-        _check_keys(values[group], schema, f"{group}.", name, skip)
+        check_keys(values[group], schema, f"{group}.", name, skip)
     hints = typing.get_type_hints(_Composed)
     groups = {
         f.name: hints[f.name](**values[f.name])
