@@ -12,7 +12,7 @@ A preset that sets model keys too (``gemma2``'s soft-caps, ``qwen3next``'s gate:
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -144,6 +144,21 @@ def study_name(label: str) -> str | None:
 
     found = [name for name in sorted(p.stem for p in (CONF / "optim").glob("*.yaml")) if fits(name)]
     return f"{norm} {found[0]}" if len(found) == 1 else None
+
+
+def study_names(labels: Iterable[str]) -> dict[str, str]:
+    """Each LR family label of one study -> its :func:`study_name` (``pre_ln muon``).
+
+    Raises:
+        ValueError: a label names no single preset (none or several fit its keys), or two labels name one."""
+    names: dict[str, str] = {}
+    for label in dict.fromkeys(labels):
+        if (name := study_name(label)) is None:
+            raise ValueError(f"family {label!r} names no single norm preset, or optimizer preset (none or several fit its keys)")
+        if name in names.values():
+            raise ValueError(f"families {label!r} and {next(k for k, v in names.items() if v == name)!r} both name preset {name}")
+        names[label] = name
+    return names
 
 
 @cache

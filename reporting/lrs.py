@@ -17,7 +17,7 @@ from analysis.lrs import (
     study_from_cells,
 )
 from analysis.paired import delta_text
-from analysis.presets import shown_label, stored_label, study_name
+from analysis.presets import shown_label, stored_label, study_names
 from reporting.tables import params_columns
 
 CELL_COLUMNS = ("family", "seed", "lr", "final_val_loss", "init_loss", "state")  # what study_from_cells reads
@@ -243,11 +243,5 @@ def _by_preset(rows: list[dict[str, str]], cells_csv: Path, relabelled: Path) ->
     :func:`rebuild_lrs_csv` for the errors."""
     if relabelled.resolve() == cells_csv.resolve():
         raise ValueError(f"--by-preset writes the relabelled cells to {relabelled}, its input: give an --out in another folder")
-    names: dict[str, str] = {}
-    for label in dict.fromkeys(r["family"] for r in rows):
-        if (name := study_name(label)) is None:
-            raise ValueError(f"family {label!r} names no single norm preset, or optimizer preset (none or several fit its keys)")
-        if name in names.values():
-            raise ValueError(f"families {label!r} and {next(k for k, v in names.items() if v == name)!r} both name preset {name}")
-        names[label] = name
+    names = study_names(r["family"] for r in rows)
     return [{**r, "family": names[r["family"]]} for r in rows]

@@ -24,19 +24,8 @@ from pathlib import Path
 from analysis.csvs import output_dir, write_csv
 from analysis.load import ReportError, load_runs
 from analysis.lrs import lr_study
-from analysis.presets import study_name
+from analysis.presets import study_names
 from analysis.run_values import column, study_rows
-
-
-def _preset_names(labels: list[str]) -> dict[str, str]:
-    names: dict[str, str] = {}
-    for label in labels:
-        if (name := study_name(label)) is None:
-            raise ValueError(f"family {label!r} names no single norm preset, or optimizer preset (none or several fit its keys)")
-        if name in names.values():
-            raise ValueError(f"families {label!r} and {next(k for k, v in names.items() if v == name)!r} both name {name}")
-        names[label] = name
-    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         study = lr_study(load_runs(args.dirs))
         if study is None:
             raise ReportError(f"no LR family (runs differing only in seed and optim.lr, at two LRs or more) under {args.dirs[0]}")
-        names = _preset_names([f.label for f in study.families]) if args.by_preset else {}
+        names = study_names(f.label for f in study.families) if args.by_preset else {}
         rows = study_rows(study, columns, lambda label: names.get(label, label))
         output_dir(args.out.parent)
         write_csv(args.out, ["family", "seed", "lr", "state", *(c.name for c in columns)], rows)

@@ -31,6 +31,7 @@ SCRIPTS = (
     "verdicts",
     "report_contrasts",
     "provenance",
+    "run_values",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 
