@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.attn_weights import soft_cap, softmax, softmax_with_sink, softpick
-from model.kinds import ATTN_GATES, ATTN_SOFTMAXES, QK_SCOPES
+from model.kinds import QK_SCOPES, check_attention_controls
 
 # Initial temperature g of l2 QK-norm: x-transformers' default ``qk_norm_scale = 10``.
 QK_L2_TEMPERATURE = 10.0
@@ -90,8 +90,8 @@ class MultiHeadAttention(nn.Module):
         softcap: c > 0: the logits become c * tanh(logit / c) before the mask (Gemma 2); None: no cap.
 
     Raises:
-        ValueError: an unknown ``qk_scope``, ``gate`` or ``softmax`` (valid: ``model.kinds.QK_SCOPES``, ``ATTN_GATES``,
-            ``ATTN_SOFTMAXES``); a sink with softpick (softpick has no softmax denominator to put it in).
+        ValueError: an unknown ``qk_scope`` (valid: ``model.kinds.QK_SCOPES``); a bad ``gate``, ``sink``, ``softmax`` or
+            ``softcap``, or a sink with softpick (``model.kinds.check_attention_controls``).
     """
 
     def __init__(
@@ -114,12 +114,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if qk_scope not in QK_SCOPES:
             raise ValueError(f"unknown norm.qk_scope {qk_scope!r}; valid: {', '.join(QK_SCOPES)}")
-        if gate is not None and gate not in ATTN_GATES:
-            raise ValueError(f"unknown model.attn_gate {gate!r}; valid: null, {', '.join(ATTN_GATES)}")
-        if softmax not in ATTN_SOFTMAXES:
-            raise ValueError(f"unknown model.attn_softmax {softmax!r}; valid: {', '.join(ATTN_SOFTMAXES)}")
-        if sink and softmax != "softmax":
-            raise ValueError(f"model.attn_sink=true needs model.attn_softmax=softmax, got {softmax!r}")
+        check_attention_controls(gate, sink, softmax, attn_softcap=softcap)
         self.n_heads = n_heads
         self.qk_full = qk_scope == "full"
         self.dropout = dropout
@@ -173,19 +168,16 @@ class MultiHeadAttention(nn.Module):
             is_causal = False
         return attn_mask, is_causal
 
-    def logits(
-        self, q: torch.Tensor, k: torch.Tensor, key_pad_mask: torch.Tensor | None = None, fill: float = -math.inf
-    ) -> torch.Tensor:
+    def logits(self, q: torch.Tensor, k: torch.Tensor, key_pad_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The pre-softmax logits that ``forward``'s SDPA call computes in its kernel, written out:
         q.k / sqrt(K) (SDPA's default scale; with l2 QK-norm, q already carries g * sqrt(K), so this is
-        g * cos(q, k)), soft-capped with ``softcap`` (then in (-c, c)), and ``fill`` at every key :meth:`mask` hides.
+        g * cos(q, k)), soft-capped with ``softcap`` (then in (-c, c)), and -inf, what the softmax sees, at every key
+        :meth:`mask` hides.
 
         Args:
             q: (B, H, T, K) queries as SDPA receives them (``q_tap``'s output).
             k: (B, H, S, K) keys as SDPA receives them (``k_tap``'s output, a cache's keys included).
             key_pad_mask: (B, S) bool, True at padding keys, as ``forward`` got it; None: none.
-            fill: the logit of a hidden key; -inf is what the softmax sees, a large finite value keeps
-                0 * fill at 0 in a sum over keys.
 
         Returns:
             (B, H, T, S) float32.
@@ -198,7 +190,7 @@ class MultiHeadAttention(nn.Module):
         if is_causal:
             causal = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # (T, S), SDPA's is_causal
             attn_mask = causal if attn_mask is None else attn_mask & causal
-        return logit if attn_mask is None else logit.masked_fill(~attn_mask, fill)
+        return logit if attn_mask is None else logit.masked_fill(~attn_mask, -math.inf)
 
     def forward(
         self,
@@ -258,7 +250,12 @@ class MultiHeadAttention(nn.Module):
         Returns:
             (B, H, T, S) float32; a row sums to 1 under the plain softmax, to at most 1 with a sink or softpick.
         """
-        logit = self.logits(q, k, key_pad_mask)
+        return self.normalize(self.logits(q, k, key_pad_mask))
+
+    def normalize(self, logit: torch.Tensor) -> torch.Tensor:
+        """The attention weights of :meth:`logits`' output ``logit`` (B, H, T, S), hidden keys at -inf: softpick
+        (:func:`model.attn_weights.softpick`), or the softmax with the learned sink in its denominator
+        (:func:`~model.attn_weights.softmax_with_sink`) or without one. Returns (B, H, T, S) float32."""
         if self.softpick:
             return softpick(logit)
         return softmax(logit) if self.sinks is None else softmax_with_sink(logit, self.sinks)

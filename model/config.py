@@ -9,11 +9,10 @@ overrides chosen blocks, and ``ModelConfig.block_norm(stack, index)`` resolves o
 ``model.norm_config`` and are re-exported here, where the model's callers name them.
 """
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from model.kinds import ATTN_GATES, ATTN_SOFTMAXES, BATCH_READING_KINDS, HC_KINDS
+from model.kinds import BATCH_READING_KINDS, HC_KINDS, check_attention_controls
 from model.norm_config import BlockNorm as BlockNorm
 from model.norm_config import NormConfig, NormSpec
 from model.placements import PLACEMENTS
@@ -130,28 +129,13 @@ class ModelConfig:
             raise ValueError(f"unknown model.positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
         if not isinstance(self.weight_norm, bool):
             raise ValueError(f"model.weight_norm must be true or false, got {self.weight_norm!r}")
-        self._check_attention_controls()
+        check_attention_controls(
+            self.attn_gate, self.attn_sink, self.attn_softmax, attn_softcap=self.attn_softcap, final_softcap=self.final_softcap
+        )
         self._check_block_layers()
         self._check_hyper_connections()
         self._check_decoder_batch_stats()
         self._check_knobs_width()
-
-    def _check_attention_controls(self) -> None:
-        if self.attn_gate is not None and self.attn_gate not in ATTN_GATES:
-            raise ValueError(f"unknown model.attn_gate {self.attn_gate!r}; valid: null, {', '.join(ATTN_GATES)}")
-        if not isinstance(self.attn_sink, bool):
-            raise ValueError(f"model.attn_sink must be true or false, got {self.attn_sink!r}")
-        if self.attn_softmax not in ATTN_SOFTMAXES:
-            raise ValueError(f"unknown model.attn_softmax {self.attn_softmax!r}; valid: {', '.join(ATTN_SOFTMAXES)}")
-        if self.attn_sink and self.attn_softmax != "softmax":
-            raise ValueError(
-                f"model.attn_sink=true adds a logit to the softmax's denominator; model.attn_softmax={self.attn_softmax} "
-                "has none: set one of them back (attn_sink=false or attn_softmax=softmax)"
-            )
-        for name in ("attn_softcap", "final_softcap"):
-            cap = getattr(self, name)
-            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < math.inf):
-                raise ValueError(f"model.{name} must be null (no cap) or a positive number, got {cap!r}")
 
     def _check_block_layers(self) -> None:
         n_layers = {"enc": ("n_enc_layers", self.n_enc_layers), "dec": ("n_dec_layers", self.n_dec_layers)}

@@ -6,6 +6,7 @@ README.md's and docs/norms.md's rows, ``--help``) is generated from :data:`NORM_
 (tests/test_kinds.py). A new kind is one record here and one class (docs/extending.md).
 """
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -163,6 +164,27 @@ def check_norm(kind: str, impl: str, *, key: str = "norm.kind", kinds: tuple[str
     if impl not in NORM_KIND_RECORDS[kind].impls:
         valid = ", ".join(f"{k}/{i}" for k, i in NORM_PAIRS if k in kinds)
         raise ValueError(f"{key}={kind!r} has no impl {impl!r}; valid kind/impl pairs: {valid}")
+
+
+def check_attention_controls(gate: Any, sink: Any, softmax: Any, **caps: Any) -> None:
+    """Raise ``ValueError`` naming the ``model.*`` key, the bad value and the valid choices for an attention-logit
+    control (docs/attention.md): ``gate`` not null or one of ``ATTN_GATES``, ``sink`` not a bool, ``softmax`` not one of
+    ``ATTN_SOFTMAXES``, a sink with softpick (which has no softmax denominator to put it in), or a cap of ``caps``
+    (``attn_softcap=...``, ``final_softcap=...``) neither None nor a finite positive number."""
+    if gate is not None and gate not in ATTN_GATES:
+        raise ValueError(f"unknown model.attn_gate {gate!r}; valid: null, {', '.join(ATTN_GATES)}")
+    if not isinstance(sink, bool):
+        raise ValueError(f"model.attn_sink must be true or false, got {sink!r}")
+    if softmax not in ATTN_SOFTMAXES:
+        raise ValueError(f"unknown model.attn_softmax {softmax!r}; valid: {', '.join(ATTN_SOFTMAXES)}")
+    if sink and softmax != "softmax":
+        raise ValueError(
+            f"model.attn_sink=true adds a logit to the softmax's denominator; model.attn_softmax={softmax} "
+            "has none: set one of them back (attn_sink=false or attn_softmax=softmax)"
+        )
+    for name, cap in caps.items():
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < math.inf):
+            raise ValueError(f"model.{name} must be null (no cap) or a positive number, got {cap!r}")
 
 
 def kind_knobs(kind: str, values: Any) -> Any:

@@ -29,11 +29,11 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.hc": None,  # the plain residual x + F(N(x)): no hyper-connections
     "model.residual_streams": 1,  # one residual stream
     "model.attn_gate": None,  # the attention-logit controls: none of them
-    "telemetry.attn_sink_mass": False,  # not recorded
     "model.attn_sink": False,
     "model.attn_softmax": "softmax",
     "model.attn_softcap": None,
     "model.final_softcap": None,
+    "telemetry.attn_sink_mass": False,  # not recorded
     "telemetry.batch_stats": False,  # no bstat/ metrics were recorded
     "norm.gpas": False,  # no GPAS gate in any block
     "norm.gain": "plain",  # every gain was stored as itself

@@ -7,8 +7,8 @@ S_h that QK-Clip compares with tau (``training.qk_clip``). All come from one
 :meth:`model.attention.MultiHeadAttention.logits` per attention and step, fed the q and k that SDPA
 received (hooks on the attention's ``q_tap`` and ``k_tap``) and the key padding mask the attention was
 called with, so the scale (q.k / sqrt(K), or g * cos(q, k) with l2 QK-norm), the masks and the KV cache
-are the model's own; ``attn/{s}.{i}.{a}/sink_mass``, the share of attention on the first key, from one
-:meth:`~model.attention.MultiHeadAttention.weights` (a learned sink's or softpick's weights included). Definitions and
+are the model's own; ``attn/{s}.{i}.{a}/sink_mass``, the share of attention on the first key, from the weights of the
+same logits (:meth:`~model.attention.MultiHeadAttention.normalize`: a learned sink's or softpick's included). Definitions and
 Gaussian baselines: docs/telemetry.md.
 """
 
@@ -57,7 +57,7 @@ class AttentionStats:
 
     def _hooks(self, stack: str, i: int, r: str, attn: MultiHeadAttention, queries: torch.Tensor) -> list:
         """One :meth:`MultiHeadAttention.logits` per call of ``attn`` (:func:`logit_hooks`) gives the configured
-        ``attn/{stack}.{i}.{r}/entropy`` and ``.../max_logit``, one :meth:`MultiHeadAttention.weights` its ``sink_mass``.
+        ``attn/{stack}.{i}.{r}/entropy`` and ``.../max_logit``, and the weights of those logits its ``sink_mass``.
 
         Args:
             queries: (B, T) bool, True at the real (non-padding) queries.
@@ -88,8 +88,9 @@ def logit_hooks(
     """Hooks that hand ``on_logits`` the pre-softmax logits (B, H, T, S) float32 of every call of ``attn``, hidden
     keys at ``HIDDEN``, and ``on_weights`` its attention weights (B, H, T, S) float32 (None: not computed), under
     ``no_grad``: hooks on its q/k taps see what SDPA received (no second projection), one on ``attn`` itself its key
-    padding mask, and :meth:`MultiHeadAttention.logits` / :meth:`MultiHeadAttention.weights` write them out. The caller
-    removes the handles. Used by :class:`AttentionStats` and by QK-Clip (``training.qk_clip``)."""
+    padding mask, and one :meth:`MultiHeadAttention.logits` per call writes them out (the weights from the same logits,
+    :meth:`MultiHeadAttention.normalize`). The caller removes the handles. Used by :class:`AttentionStats` and by
+    QK-Clip (``training.qk_clip``)."""
     seen: dict[str, torch.Tensor] = {}
 
     def tap(key: str):
@@ -101,11 +102,11 @@ def logit_hooks(
     @torch.no_grad()
     def on_attention(mod: MultiHeadAttention, args: tuple, out: torch.Tensor) -> None:
         key_pad = args[2] if len(args) > 2 else None  # (B, S) or None: forward(x, memory, key_pad_mask, ...)
-        q, k = seen.pop("q"), seen.pop("k")
+        logit = mod.logits(seen.pop("q"), seen.pop("k"), key_pad)  # hidden keys at -inf, as the weights need them
         if on_logits is not None:
-            on_logits(mod.logits(q, k, key_pad, fill=HIDDEN))
+            on_logits(logit.clamp_min(HIDDEN))
         if on_weights is not None:
-            on_weights(mod.weights(q, k, key_pad))
+            on_weights(mod.normalize(logit))
 
     return [
         attn.q_tap.register_forward_hook(tap("q")),

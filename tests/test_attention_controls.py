@@ -198,6 +198,15 @@ def test_a_bad_control_names_the_value_and_the_choices(controls, message):
         ModelConfig(src_vocab=20, tgt_vocab=20, **controls)
 
 
+MHA_ARGS = {"attn_gate": "gate", "attn_sink": "sink", "attn_softmax": "softmax", "attn_softcap": "softcap"}
+
+
+@pytest.mark.parametrize(("controls", "message"), [(c, m) for c, m in BAD if "final_softcap" not in c])
+def test_the_attention_module_refuses_a_bad_control_as_the_config_does(controls, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        MultiHeadAttention(16, 2, 0.0, **{MHA_ARGS[k]: v for k, v in controls.items()})
+
+
 @pytest.mark.parametrize(
     "overrides",
     [["model.attn_gate=elementwise"], ["model.attn_gate=headwise"], ["model.attn_sink=true"],

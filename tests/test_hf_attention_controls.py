@@ -16,6 +16,7 @@ from torch import nn
 from model.attention import MultiHeadAttention
 from model.transformer import EncoderDecoder
 from tests.helpers.config import make_cfg, model_config
+from tests.helpers.hf import copy_projections, identity_rotary, randomize
 
 transformers = pytest.importorskip("transformers")
 from transformers import Gemma2Config, GptOssConfig, Qwen3NextConfig  # noqa: E402
@@ -29,23 +30,6 @@ SIZES = [f"model.d_model={D}", f"model.n_heads={H}", f"model.d_ff={2 * D}", "mod
 COMMON = dict(hidden_size=D, num_attention_heads=H, num_key_value_heads=H, head_dim=K, num_hidden_layers=1,
               layer_types=["full_attention"], attention_bias=True, attn_implementation="eager")  # fmt: skip
 CAUSAL = torch.full((T, T), float("-inf")).triu(1)[None, None]  # (1, 1, T, T), HF's additive mask
-
-
-def randomize(module: nn.Module) -> None:
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-
-
-def identity_rotary(x: torch.Tensor, dim: int = K) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.ones(*x.shape[:2], dim), torch.zeros(*x.shape[:2], dim)
-
-
-def copy_projections(mine: MultiHeadAttention, theirs: nn.Module, query: bool = True) -> None:
-    pairs = (("q_proj", "q_proj"),) if query else ()
-    for m, t in (*pairs, ("k_proj", "k_proj"), ("v_proj", "v_proj"), ("out_proj", "o_proj")):
-        getattr(mine, m).load_state_dict(getattr(theirs, t).state_dict())
 
 
 def compare(mine: MultiHeadAttention, theirs: nn.Module, causal: bool, scale: float = 2.0, rotary: int = K) -> None:

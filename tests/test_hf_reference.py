@@ -25,6 +25,7 @@ from torch import nn
 from model.norms import RMSNorm, build_norm
 from model.transformer import EncoderDecoder
 from tests.helpers.config import make_cfg, model_config
+from tests.helpers.hf import copy_projections, identity_rotary, randomize
 
 transformers = pytest.importorskip("transformers")
 from transformers import Gemma3TextConfig, Olmo2Config  # noqa: E402
@@ -50,14 +51,6 @@ def hf_config(preset: str, eps: float):
     return Gemma3TextConfig(**common, head_dim=K, query_pre_attn_scalar=K, layer_types=["full_attention"])
 
 
-def randomize(module: nn.Module) -> None:
-    """Every HF parameter off its init (norm gains too: Gemma's w starts at 0, OLMo's gain at 1)."""
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-
-
 def copy_norm(dst: nn.Module, src: nn.Module) -> None:
     """HF's stored gain parameter into normlab's one stored parameter (``weight``, or w under unit_offset)."""
     (stored,) = dst.parameters()
@@ -65,14 +58,9 @@ def copy_norm(dst: nn.Module, src: nn.Module) -> None:
 
 
 def copy_attention(dst: nn.Module, src: nn.Module) -> None:
-    for mine, theirs in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"), ("out_proj", "o_proj")):
-        getattr(dst, mine).load_state_dict(getattr(src, theirs).state_dict())
+    copy_projections(dst, src)
     copy_norm(dst.q_norm, src.q_norm)
     copy_norm(dst.k_norm, src.k_norm)
-
-
-def identity_rotary(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.ones(*x.shape[:2], K), torch.zeros(*x.shape[:2], K)
 
 
 @pytest.mark.parametrize(("hf_norm", "gain"), [(Olmo2RMSNorm, "plain"), (Gemma3RMSNorm, "unit_offset")])
@@ -102,7 +90,7 @@ def test_causal_attention_with_its_qk_norm_equals_hf_on_copied_weights(preset, h
     causal = torch.full((T, T), float("-inf")).triu(1)[None, None]  # (1, 1, T, T), additive
     with torch.no_grad():
         copy_attention(mine, theirs)
-        y, probs = theirs(x, identity_rotary(x), causal)
+        y, probs = theirs(x, identity_rotary(x, K), causal)
         torch.testing.assert_close(mine(x), y, atol=1e-5, rtol=0)  # SDPA vs HF's eager matmuls: float32 rounding
         torch.testing.assert_close(torch.softmax(mine.logits(seen["q"], seen["k"]), -1), probs, atol=1e-6, rtol=0)
     for tap in taps:
@@ -129,7 +117,7 @@ def test_a_block_is_wired_as_hfs_decoder_layer_on_copied_weights(preset, hf_laye
     with torch.no_grad():
         copy_block(preset, mine, theirs)
         x = torch.randn(B, T, D) * 2
-        y = theirs(x, attention_mask=None, position_embeddings=identity_rotary(x))
+        y = theirs(x, attention_mask=None, position_embeddings=identity_rotary(x, K))
         torch.testing.assert_close(mine(x, None), y, atol=1e-5, rtol=0)
         assert (y - x).abs().max() > 0.1  # the block did something
     # Every norm slot the preset fills is one HF has: a wiring with another slot would have an uncopied norm.
