@@ -120,30 +120,47 @@ def preset_of(label: str) -> str | None:
 
 
 @cache
-def optim_preset_keys(name: str) -> dict[str, Any]:
-    """The flattened optim keys (``optim.muon.momentum`` -> 0.95, ...) Hydra composes for ``optim=<name>``, resolved."""
+def group_preset_keys(group: str, name: str) -> dict[str, Any]:
+    """The flattened keys of section ``group`` (``optim.muon.momentum`` -> 0.95; for ``attn``, the ``model`` section's)
+    Hydra composes for ``{group}={name}``, resolved."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"optim={name}"])
-    return flatten({"optim": OmegaConf.to_container(cfg.optim, resolve=True)})
+        cfg = compose("config", overrides=[f"{group}={name}"])
+    section = "model" if group == "attn" else group
+    return flatten({section: OmegaConf.to_container(cfg[section], resolve=True)})
+
+
+def _group_preset(group: str, pairs: dict[str, str]) -> str | None:
+    """The one preset of config group ``group`` whose composed keys hold each of ``pairs`` (``?``: a key the run's
+    config lacks, where the preset lacks it too), ``none`` where it is among several (``attn=qk_norm`` differs from it
+    in a norm key only, which the norm preset's name tells); None when none or several others do."""
+
+    def fits(name: str) -> bool:
+        keys = group_preset_keys(group, name)
+        return all((v == "?" and k not in keys) or (k in keys and str(keys[k]) == v) for k, v in pairs.items())
+
+    found = [name for name in sorted(p.stem for p in (CONF / group).glob("*.yaml")) if fits(name)]
+    return "none" if len(found) > 1 and "none" in found else found[0] if len(found) == 1 else None
+
+
+# The model keys an attention-logit control preset (conf/attn/) sets: how a label tells the control.
+ATTN_KEYS = ("model.attn_gate", "model.attn_sink", "model.attn_softmax", "model.attn_softcap")
 
 
 def study_name(label: str) -> str | None:
-    """An LR family's name in a study: its norm preset (:func:`preset_of`), followed by its optimizer preset (a file of
-    ``conf/optim/``) when the label holds ``optim.*`` keys (a study with the optimizer as a factor: ``pre_ln muon``).
-    The optimizer preset is the one whose composed keys (:func:`optim_preset_keys`) hold each of the label's
-    ``optim.*`` pairs, ``?`` (a key the run's config lacks) where the preset lacks the key. None when either preset
-    is not found, or not alone."""
+    """An LR family's name in a study: its norm preset (:func:`preset_of`), then its attention-logit control (a file of
+    ``conf/attn/``, left out when ``none``) when the label holds the control's model keys, then its optimizer preset (a
+    file of ``conf/optim/``) when the label holds ``optim.*`` keys: ``pre_ln muon``, ``pre_ln gate``. Each is the one
+    preset whose composed keys hold the label's pairs of its keys. None when a preset is not found, or not alone."""
     norm = preset_of(label)
-    optim = {k: v for k, v in label_pairs(stored_label(label)).items() if k.startswith("optim.")} if norm else {}
-    if not optim:
-        return norm
-
-    def fits(name: str) -> bool:
-        keys = optim_preset_keys(name)
-        return all((v == "?" and k not in keys) or (k in keys and str(keys[k]) == v) for k, v in optim.items())
-
-    found = [name for name in sorted(p.stem for p in (CONF / "optim").glob("*.yaml")) if fits(name)]
-    return f"{norm} {found[0]}" if len(found) == 1 else None
+    pairs = label_pairs(stored_label(label)) if norm else {}
+    by_group = {
+        "attn": {k: v for k, v in pairs.items() if k in ATTN_KEYS},
+        "optim": {k: v for k, v in pairs.items() if k.startswith("optim.")},
+    }
+    parts = [norm, *(_group_preset(group, keys) for group, keys in by_group.items() if keys)]
+    if None in parts:
+        return None
+    return " ".join(p for p in parts if p != "none")
 
 
 def study_names(labels: Iterable[str]) -> dict[str, str]:

@@ -599,3 +599,16 @@ def test_report_lrs_on_an_empty_csv_is_an_error_and_writes_nothing(tmp_path, cap
     why = "no rows below the header (an empty CSV)" if text else f"an empty file; expected a CSV with the columns {columns}"
     assert capsys.readouterr().err == f"report_lrs: error: {cells}: {why}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lr_sensitivity.csv"]  # no lrs.csv, no lrs_seeds.csv
+
+
+def test_a_study_with_the_attention_control_as_a_factor_names_each_family_by_its_attn_preset() -> None:
+    # the labels of a sweep over norm=pre_ln x attn=none,qk_norm,gate,sink,softpick,softcap: the control's model keys
+    # and norm.qk differ between the families
+    label = "model.attn_gate={} model.attn_sink={} model.attn_softcap={} model.attn_softmax={} norm.qk={}"
+    assert study_name(label.format("None", "False", "None", "softmax", "None")) == "pre_ln"  # attn=none: no suffix
+    assert study_name(label.format("None", "False", "None", "softmax", "layernorm")) == "pre_ln_qk"  # the norm preset's
+    assert study_name(label.format("elementwise", "False", "None", "softmax", "None")) == "pre_ln gate"
+    assert study_name(label.format("None", "True", "None", "softmax", "None")) == "pre_ln sink"
+    assert study_name(label.format("None", "False", "None", "softpick", "None")) == "pre_ln softpick"
+    assert study_name(label.format("None", "False", "50", "softmax", "None")) == "pre_ln softcap"
+    assert study_name(label.format("headwise", "False", "None", "softmax", "None")) is None  # no attn preset sets it

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 TINY = ["model=tiny", "trainer=smoke", "logger=none", "telemetry.every=5"]
-GROUPS = ("model", "norm", "data", "optim", "schedule", "trainer", "logger", "telemetry")  # the preset groups of conf/
+GROUPS = ("model", "norm", "attn", "data", "optim", "schedule", "trainer", "logger", "telemetry")  # the preset groups of conf/
 NEEDS = {"data=local": ["data.path=/corpus"]}  # a preset with a required key left to the user
 
 
