@@ -25,7 +25,12 @@ TRANSLATION_KEYS = "name, source, src_lang, tgt_lang, hub, path, max_len, max_ex
 def sweep_jobs(params: dict | None) -> list[list[str]]:
     """The override lists of the jobs a sweeper's ``params`` expand to (one empty job when none)."""
     parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in (params or {}).items()])
-    choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in parsed]  # +group kept
+    choices = [  # +group kept; a single value (norm: pre_ln) is one choice, as Hydra's BasicSweeper takes it
+        [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
+        if o.is_sweep_override()
+        else [f"{o.get_key_element()}={o.get_value_element_as_str()}"]
+        for o in parsed
+    ]
     return [list(job) for job in itertools.product(*choices)]
 
 
