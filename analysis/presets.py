@@ -158,9 +158,10 @@ def study_name(label: str) -> str | None:
         "optim": {k: v for k, v in pairs.items() if k.startswith("optim.")},
     }
     parts = [norm, *(_group_preset(group, keys) for group, keys in by_group.items() if keys)]
-    if None in parts:
+    named = [p for p in parts if p is not None]
+    if len(named) < len(parts):
         return None
-    return " ".join(p for p in parts if p != "none")
+    return " ".join(p for p in named if p != "none")
 
 
 def study_names(labels: Iterable[str]) -> dict[str, str]:
