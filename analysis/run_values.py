@@ -53,13 +53,13 @@ def site_name(key: Any, n_enc: int) -> str:
     return f"enc.{key}" if key < n_enc else f"dec.{key - n_enc}"
 
 
-def last_value(run: Run, col: Column) -> tuple[int, float] | None:
-    """(step, value): ``col``'s reduction at ``run``'s last record holding a site ``col.pattern`` names; None when no
+def last_value(run: Run, col: Column) -> float | None:
+    """``col``'s reduction at ``run``'s last record holding a site ``col.pattern`` names; None when no
     record does (the profile unrecorded, or no site matches)."""
-    for step, record in sorted(run.profile(col.profile).items(), reverse=True):
+    for _, record in sorted(run.profile(col.profile).items(), reverse=True):
         values = [v for key, v in record.items() if fnmatchcase(site_name(key, run.n_enc), col.pattern)]
         if values:
-            return step, REDUCERS[col.reduce](values)
+            return REDUCERS[col.reduce](values)
     return None
 
 
@@ -72,5 +72,5 @@ def study_rows(study: LRStudy, columns: Sequence[Column], names: Callable[[str],
         for seed in family.seeds:
             for cell in seed.cells:
                 found = [None if cell.run is None else last_value(cell.run, col) for col in columns]
-                rows.append([names(family.label), seed.seed, cell.lr, cell.state, *(f if f is None else f[1] for f in found)])
+                rows.append([names(family.label), seed.seed, cell.lr, cell.state, *found])
     return rows
