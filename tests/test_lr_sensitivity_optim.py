@@ -1,6 +1,7 @@
-"""docs/results.md's finding (i), before its runs: the pilot's committed CSVs are what ``scripts.report_lrs`` and
-``scripts.seeds_needed`` give from its report cells, and the study preset runs the seeds the plan asked for, the ones
-the claims file fixes, over the LR-sensitivity study's grid with both optimizers."""
+"""docs/results.md's finding (i): the pilot's committed CSVs are what ``scripts.report_lrs`` and
+``scripts.seeds_needed`` give from its report cells, the study preset runs the seeds the plan asked for, the ones
+the claims file fixes, over the LR-sensitivity study's grid with both optimizers, and the study's CSVs are what the
+scripts give from its runs, with the facts the page's prose reads from them."""
 
 from pathlib import Path
 
@@ -49,3 +50,45 @@ def test_the_study_runs_the_seeds_of_the_plan_and_the_claims_both_optimizers_ove
     run = {f"{n} {o}" for n in params["norm"] for o in params["optim"]} | clip
     named = {side["family"] for c in claims["claims"] for side in (c["arm"], c["baseline"])}
     assert named <= run and clip <= named
+
+
+FAMILIES = [f"{n} {o}" for n in ("post_ln", "pre_ln", "pre_rms", "pre_ln_qk", "olmo2") for o in ("adamw", "muon")] + [
+    f"{n} muon_qk_clip" for n in ("post_ln", "pre_ln", "pre_rms")
+]
+
+
+def test_the_study_csvs_are_what_report_lrs_gives_from_its_report_cells_and_the_study_is_whole(tmp_path: Path) -> None:
+    cells = STUDY / "report_cells.csv"  # the report's lr_sensitivity.csv of both sweeps' run dirs, long labels
+    args = [str(cells), "--out", str(tmp_path / "lrs.csv"), "--baseline", "pre_ln adamw", "--by-preset"]
+    assert report_lrs.main(args) == 0
+    for name in ("lrs.csv", "lrs_seeds.csv", "lr_sensitivity.csv"):
+        assert (tmp_path / name).read_text() == (STUDY / name).read_text(), name
+    rows = read_csv(cells)  # every family, LR and seed of the two commands; every run finished
+    assert len(rows) == len(FAMILIES) * 7 * 3 and {r["state"] for r in rows} == {"finished"}
+    assert sorted(r["family"] for r in read_csv(STUDY / "lrs.csv")) == sorted(FAMILIES)
+
+
+def test_the_qk_weight_norms_come_from_the_runs_of_the_cells() -> None:
+    # scripts.run_values on the same run dirs: its max logit is the cells' max_attn_logit, cell for cell
+    values = {(r["family"], r["seed"], r["lr"]): r for r in read_csv(STUDY / "qk_weights.csv")}
+    cells = {(r["family"], r["seed"], r["lr"]): r for r in read_csv(STUDY / "lr_sensitivity.csv")}
+    assert values.keys() == cells.keys()
+    for key, row in values.items():
+        assert float(row["max_logit"]) == float(cells[key]["max_attn_logit"]), key
+        assert float(row["qk_sigma_max"]) > 0, key
+
+
+def test_qk_clip_runs_are_the_muon_runs_to_the_last_digit_below_the_lrs_where_it_acts() -> None:
+    # the page: the clipped runs equal the Muon runs at every LR up to 0.03 (pre-LN, pre-RMSNorm) and 0.01 (post-LN),
+    # so the loss claims' paired differences are exactly 0 ("zero spread"); above, the clip changes every run
+    cells = {(r["family"], r["seed"], r["lr"]): r for r in read_csv(STUDY / "lr_sensitivity.csv")}
+    weights = {(r["family"], r["seed"], r["lr"]): r for r in read_csv(STUDY / "qk_weights.csv")}
+    highest_equal = {"pre_ln": 0.03, "pre_rms": 0.03, "post_ln": 0.01}
+    for (family, seed, lr), clip in cells.items():
+        norm, optim = family.split()
+        if optim != "muon_qk_clip":
+            continue
+        muon = (f"{norm} muon", seed, lr)
+        same = [clip[k] == cells[muon][k] for k in ("capped_loss", "max_attn_logit")]
+        same.append(weights[(family, seed, lr)]["qk_sigma_max"] == weights[muon]["qk_sigma_max"])
+        assert same == [float(lr) <= highest_equal[norm]] * 3, (family, seed, lr, same)
