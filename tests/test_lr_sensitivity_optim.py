@@ -92,3 +92,14 @@ def test_qk_clip_runs_are_the_muon_runs_to_the_last_digit_below_the_lrs_where_it
         same = [clip[k] == cells[muon][k] for k in ("capped_loss", "max_attn_logit")]
         same.append(weights[(family, seed, lr)]["qk_sigma_max"] == weights[muon]["qk_sigma_max"])
         assert same == [float(lr) <= highest_equal[norm]] * 3, (family, seed, lr, same)
+
+
+def test_the_study_repeats_the_pilot_s_runs_to_the_last_digit() -> None:
+    # the page: the pilot's cells (Muon, pre-LN and post-LN, seeds 0-2) are the study's, so the claim the pilot sized
+    # was written after its data had been seen
+    study = {(r["family"], r["seed"], r["lr"]): r for r in read_csv(STUDY / "lr_sensitivity.csv")}
+    pilot = read_csv(PILOT / "lr_sensitivity.csv")
+    assert {r["family"] for r in pilot} == {"pre_ln", "post_ln"} and len(pilot) == 2 * 7 * 3
+    for row in pilot:
+        twin = study[(f"{row['family']} muon", row["seed"], row["lr"])]
+        assert [row[k] for k in ("final_val_loss", "max_attn_logit")] == [twin[k] for k in ("final_val_loss", "max_attn_logit")]

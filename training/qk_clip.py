@@ -1,6 +1,8 @@
 """QK-Clip (Kimi Team 2025, "Kimi K2: Open Agentic Intelligence", arXiv 2507.20534, sec. 2.1, eq. for MuonClip):
 after each optimizer update, every attention head whose largest pre-softmax logit of the step exceeded tau has its
-query and key projections scaled down so that the same inputs would give a max logit of exactly tau.
+query and key projections scaled down by the factor that brings that logit to tau. The logit is read in the step's
+forward pass, before the update, and the factor scales the updated weights (K2's Algorithm 1), so the same inputs give
+tau exactly only where the update left the head's logits unchanged: the clip pulls a head back after the fact.
 
 Per head h with S_h = (1 / sqrt(K)) max over the step's batch of q_i^h . k_j^h and gamma_h = tau / S_h when
 S_h > tau, else 1: W_q^h <- gamma_h^alpha W_q^h and W_k^h <- gamma_h^(1 - alpha) W_k^h. Here W_q^h is the K rows of
