@@ -88,6 +88,8 @@ class MultiHeadAttention(nn.Module):
             denominator (gpt-oss; :func:`model.attn_weights.softmax_with_sink`).
         softmax: ``softmax``, or ``softpick`` (:func:`model.attn_weights.softpick`).
         softcap: c > 0: the logits become c * tanh(logit / c) before the mask (Gemma 2); None: no cap.
+        logit_scale: a constant factor on the logits q.k / sqrt(K), applied to q (muP's sqrt(K_0 / K):
+            ``model.parametrization``); 1.0: none.
 
     Raises:
         ValueError: an unknown ``qk_scope`` (valid: ``model.kinds.QK_SCOPES``); a bad ``gate``, ``sink``, ``softmax`` or
@@ -110,6 +112,7 @@ class MultiHeadAttention(nn.Module):
         sink: bool = False,
         softmax: str = "softmax",
         softcap: float | None = None,
+        logit_scale: float = 1.0,
     ) -> None:
         super().__init__()
         if qk_scope not in QK_SCOPES:
@@ -117,6 +120,7 @@ class MultiHeadAttention(nn.Module):
         check_attention_controls(gate, sink, softmax, attn_softcap=softcap)
         self.n_heads = n_heads
         self.qk_full = qk_scope == "full"
+        self.logit_scale = logit_scale
         self.dropout = dropout
         self.causal = causal
         self.q_proj = nn.Linear(d_model, d_model)
@@ -219,6 +223,8 @@ class MultiHeadAttention(nn.Module):
         if self.temperature is not None:
             # SDPA divides q.k by sqrt(K): g * sqrt(K) on q leaves g * q.k.
             q = q * (self.temperature.to(q.dtype) * math.sqrt(K))
+        if self.logit_scale != 1.0:  # on q, so that SDPA, the written-out logits and QK-Clip all see it
+            q = q * self.logit_scale
         q = self.q_tap(q)
         if cache is not None and memory is not None and cache.k is not None:
             k, v = cache.k, cache.v  # (B, H, S, K), projected (and normalized) from the memory at the first step

@@ -15,6 +15,8 @@ from typing import Any
 from model.kinds import BATCH_READING_KINDS, HC_KINDS, check_attention_controls
 from model.norm_config import BlockNorm as BlockNorm
 from model.norm_config import NormConfig, NormSpec
+from model.parametrization import check as check_parametrization
+from model.parametrization import width_mult
 from model.placements import PLACEMENTS
 from runlog.metric_names import STACKS
 
@@ -69,6 +71,9 @@ class ModelConfig:
         attn_softmax: ``softmax`` or ``softpick`` (Zuhri et al. 2025) in every attention.
         attn_softcap, final_softcap: c > 0 soft-caps every attention's logits / the output logits to
             c * tanh(x / c) (Gemma 2: 50.0 and 30.0); None: no cap.
+        parametrization: ``sp`` (standard) or ``mup`` (muP for Adam against a base model of width ``base_d_model``:
+            ``model.parametrization`` gives the rules and sources).
+        base_d_model: D_0, the base width of ``mup`` (None under ``sp``).
 
     Raises:
         ValueError: a size out of range, d_model not divisible by n_heads, an unknown
@@ -80,7 +85,9 @@ class ModelConfig:
             ``residual_streams`` not null or
             an integer >= 1, > 1 without ``norm.hc``, or ``norm.hc`` with GPAS or with a block whose placement normalizes,
             scales or re-routes the stream (the message lists the placements that admit it); an attention control
-            outside its choices, a cap that is not a positive number, or ``attn_sink`` with softpick.
+            outside its choices, a cap that is not a positive number, or ``attn_sink`` with softpick; an unknown
+            ``parametrization``, ``mup`` without a base width that divides into the heads and d_ff, or ``mup`` with
+            a width-to-fixed projection it has no rule for (``norm.hc``'s, ``attn_gate=headwise``'s).
     """
 
     src_vocab: int
@@ -106,6 +113,8 @@ class ModelConfig:
     attn_softmax: str = "softmax"
     attn_softcap: float | None = None
     final_softcap: float | None = None
+    parametrization: str = "sp"
+    base_d_model: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
@@ -136,6 +145,22 @@ class ModelConfig:
         self._check_hyper_connections()
         self._check_decoder_batch_stats()
         self._check_knobs_width()
+        self._check_parametrization()
+
+    def _check_parametrization(self) -> None:
+        if error := check_parametrization(self.parametrization, self.d_model, self.d_ff, self.n_heads, self.base_d_model):
+            raise ValueError(error)
+        if self.parametrization != "mup":
+            return
+        # muP's rules (mup's assert_hidden_size_inf) cover no projection from the width to a fixed size but the output
+        if self.norm.hc is not None or self.attn_gate == "headwise":
+            what = f"norm.hc={self.norm.hc}" if self.norm.hc is not None else "model.attn_gate=headwise"
+            raise ValueError(f"model.parametrization=mup has no rule for {what}'s width-to-fixed projection; use sp")
+
+    @property
+    def width_mult(self) -> float:
+        """m = d_model / base_d_model under ``mup``, 1.0 under ``sp`` (``model.parametrization``)."""
+        return width_mult(self.parametrization, self.d_model, self.base_d_model)
 
     def _check_block_layers(self) -> None:
         n_layers = {"enc": ("n_enc_layers", self.n_enc_layers), "dec": ("n_dec_layers", self.n_dec_layers)}

@@ -18,6 +18,7 @@ from model.config import ModelConfig, NormSpec
 from model.gpas import GPAS, GPASResidual
 from model.hyper_connections import hyper_connection
 from model.hyper_residual import HyperResidual
+from model.parametrization import logit_factor
 from model.placements import PLACEMENTS, residual_sublayers
 from model.residual import Residual, Sublayer
 
@@ -47,7 +48,9 @@ def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> Mult
     """A ``MultiHeadAttention`` with the norm sites ``spec.qk`` (over d_head, or over d_model with
     ``spec.qk_scope == "full"``) and ``spec.v`` (over d_head) (None: off), a learned temperature
     (init ``QK_L2_TEMPERATURE``) where q and k are l2-normalized, and the model's attention-logit controls
-    (``cfg.attn_gate``, ``attn_sink``, ``attn_softmax``, ``attn_softcap``), the same in every attention."""
+    (``cfg.attn_gate``, ``attn_sink``, ``attn_softmax``, ``attn_softcap``), the same in every attention. Under
+    ``model.parametrization=mup`` the logits q.k / sqrt(K) get 1 / sqrt(m) (q.k / K up to the base's sqrt(K_0)), except
+    cosine logits (l2 QK-norm), whose size does not grow with K."""
     d_head = cfg.d_model // cfg.n_heads
     d_qk = cfg.d_model if spec.qk_scope == "full" else d_head
 
@@ -56,7 +59,9 @@ def attention(cfg: ModelConfig, spec: NormSpec, *, causal: bool = False) -> Mult
 
     norms = {"q_norm": site(spec.qk, d_qk), "k_norm": site(spec.qk, d_qk), "v_norm": site(spec.v, d_head)}
     controls = {"gate": cfg.attn_gate, "sink": cfg.attn_sink, "softmax": cfg.attn_softmax, "softcap": cfg.attn_softcap}
-    scale = {"temperature": QK_L2_TEMPERATURE if spec.qk == "l2" else None, "qk_scope": spec.qk_scope}
+    l2 = spec.qk == "l2"
+    scale = {"temperature": QK_L2_TEMPERATURE if l2 else None, "qk_scope": spec.qk_scope}
+    scale["logit_scale"] = 1.0 if l2 else logit_factor(cfg.width_mult)
     return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attn_dropout_p, causal=causal, **scale, **norms, **controls)
 
 

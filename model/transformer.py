@@ -17,6 +17,7 @@ from model.config import ModelConfig
 from model.hyper_connections import HC_MODULES, stream_merge
 from model.layers import DecoderLayer, EncoderLayer
 from model.norms import BatchReadingNorm
+from model.parametrization import logit_factor
 from model.placements import PLACEMENTS
 from model.weight_norm import apply_weight_norm
 
@@ -166,6 +167,9 @@ class EncoderDecoder(nn.Module):
             if scale is not None:
                 with torch.no_grad():
                     embed.tokens.weight.mul_(scale(stack, n, m))
+            if self.cfg.width_mult != 1.0 and self.cfg.positions == "learned":  # muP: the base model's std
+                with torch.no_grad():
+                    embed.positions.weight.mul_(math.sqrt(self.cfg.width_mult))
 
     def streams(self, x: torch.Tensor) -> torch.Tensor:
         """The embedding (B, L, D) as the blocks' input: itself, or with ``norm.hc`` its n copies (B, L, n*D), the
@@ -185,8 +189,9 @@ class EncoderDecoder(nn.Module):
     def decode(
         self, tgt_in: torch.Tensor, memory: torch.Tensor, src_pad_mask: torch.Tensor, cache: DecoderCache | None = None
     ) -> torch.Tensor:
-        """tgt_in (B, T) ids, memory (B, S, D), src_pad_mask (B, S) -> logits (B, T, V), soft-capped to
-        (-c, c) with ``model.final_softcap`` c (Gemma 2: c * tanh(logits / c)).
+        """tgt_in (B, T) ids, memory (B, S, D), src_pad_mask (B, S) -> logits (B, T, V): times 1 / sqrt(m) under
+        ``model.parametrization=mup`` (muP's readout multiplier), then soft-capped to (-c, c) with
+        ``model.final_softcap`` c (Gemma 2: c * tanh(logits / c)).
 
         With ``cache``, ``tgt_in`` holds only the positions after the ``len(cache)`` already
         decoded ones; the cache is updated in place and the logits cover the new positions only.
@@ -205,6 +210,8 @@ class EncoderDecoder(nn.Module):
         if self.cfg.norm.hc is not None:
             x = self.dec_streams_merge(x)
         logits = self.output(self.dec_final_norm(x, keep) if self.dec_final_reads else self.dec_final_norm(x))
+        if self.cfg.width_mult != 1.0:  # muP's readout multiplier (model.parametrization)
+            logits = logits * logit_factor(self.cfg.width_mult)
         return logits if self.cfg.final_softcap is None else soft_cap(logits, self.cfg.final_softcap)  # Gemma 2
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,8 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "norm.learned_embed_scale": False,  # the fixed sqrt(d_model) embedding factor
     "optim.decay_gains": False,  # weight decay on matrices only, never on a gain
     "optim.qk_clip": None,  # no QK-Clip
+    "model.parametrization": "sp",  # the standard parametrization
+    "model.base_d_model": None,
 }
 
 

@@ -9,8 +9,10 @@ from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, LRScheduler, SequentialLR
 
 from model.hyper_connections import HyperConnection
+from model.transformer import EncoderDecoder
 from model.weight_norm import weight_norm_gains
 from training.muon import MuonAdamW, hidden_matrices
+from training.mup import lr_factors
 from training.schema import OptimConfig, ScheduleConfig
 
 
@@ -62,7 +64,15 @@ def build_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimiz
     ``optim.decay_gains`` (default false) decays the gains too (:func:`gains`), never the biases: a plain gain is then
     pulled toward 0 and a zero-centred one toward 1 (tests/test_gains.py), for studying the recipes that decay every
     parameter.
+
+    Under ``model.parametrization=mup`` each AdamW group is split by muP's LR factor f (``training.mup.lr_factors``):
+    a group with ``lr_scale`` f peaks at ``optim.lr * f`` and decays by ``optim.weight_decay / f``.
+
+    Raises:
+        ValueError: ``optim.muon`` with ``model.parametrization=mup`` (muP's rules are Adam's).
     """
+    if optim.muon and isinstance(model, EncoderDecoder) and model.cfg.parametrization == "mup":
+        raise ValueError("model.parametrization=mup scales Adam's LR per parameter; Muon has no such rule here: use optim=adamw")
     muon = {id(p) for p in hidden_matrices(model)} if optim.muon else set()
     params = [p for p in model.parameters() if id(p) not in muon]
     adamw = _adamw(params, model, optim)
@@ -92,8 +102,21 @@ def _adamw(params: list[nn.Parameter], model: nn.Module, optim: OptimConfig) -> 
     decay = [p for p, d in zip(params, decayed, strict=True) if d]
     no_decay = [p for p, d in zip(params, decayed, strict=True) if not d]
     groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if isinstance(model, EncoderDecoder) and model.cfg.width_mult != 1.0:
+        groups = _by_factor(groups, lr_factors(model))
     fused = all(p.is_cuda for p in model.parameters())
     return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused or None)
+
+
+def _by_factor(groups: list[dict], factors: dict[int, float]) -> list[dict]:
+    """``groups`` each split by the parameters' muP LR factor f (first-seen order): ``lr_scale`` f, weight decay / f."""
+    split = []
+    for group in groups:
+        by: dict[float, list[nn.Parameter]] = {}
+        for p in group["params"]:
+            by.setdefault(factors[id(p)], []).append(p)
+        split += [{"params": ps, "weight_decay": group["weight_decay"] / f, "lr_scale": f} for f, ps in by.items()]
+    return split
 
 
 def build_scheduler(

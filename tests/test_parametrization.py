@@ -1,0 +1,180 @@
+"""model.parametrization=mup: the factors against microsoft/mup's own (tests/expected/mup_official.json, written by
+tests/reference/mup.py), the multipliers on the attention and output logits, equality with sp at the base width for
+every norm kind and placement, and the refusals."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.config import ModelConfig
+from model.kinds import BATCH_READING_KINDS, NORM_KINDS
+from model.norm_config import NormConfig
+from model.transformer import EncoderDecoder
+from tests.helpers.config import compose_conf, model_config, presets
+from tests.reference.mup import CASES
+from training.muon_config import MuonConfig
+from training.mup import lr_factors
+from training.optim import build_optimizer
+from training.presets import default_optim
+
+OFFICIAL = json.loads((Path(__file__).parent / "expected" / "mup_official.json").read_text())
+READOUT = {"src_embed.tokens.weight", "tgt_embed.tokens.weight", "output.weight"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_hidden_matrices_get_muadamw_s_factors_and_only_the_embeddings_differ_from_mup(case: str) -> None:
+    cfg = CASES[case]
+    official = OFFICIAL[case]["params"]
+    assert (OFFICIAL[case]["d_model"], OFFICIAL[case]["base_d_model"]) == (cfg.d_model, cfg.base_d_model)
+    model = EncoderDecoder(cfg)
+    factors = lr_factors(model)
+    opt = build_optimizer(model, default_optim(lr=1.0, weight_decay=1.0))
+    group = {id(p): g for g in opt.param_groups for p in g["params"]}
+    names = dict(model.named_parameters())
+    assert names.keys() == official.keys()
+    hidden = 0
+    for name, p in names.items():
+        mine, theirs = factors[id(p)], official[name]
+        assert group[id(p)]["lr_scale"] == mine
+        if theirs["ninf"] == 2:  # a hidden matrix: MuAdamW's lr and weight decay, exactly
+            hidden += 1
+            assert (mine, group[id(p)]["weight_decay"]) == (theirs["lr"], theirs["weight_decay"]), name
+        elif name in READOUT:  # the stated difference: 1 / sqrt(m) for normlab's sqrt(D)-scaled embeddings
+            assert theirs["lr"] == 1.0 and mine == pytest.approx(1 / math.sqrt(cfg.width_mult), abs=0), name
+        else:
+            assert mine == theirs["lr"] == 1.0, name
+    attentions = cfg.n_enc_layers + 2 * cfg.n_dec_layers  # q, k, v, out (and the gate) each; two FFN matrices a block
+    assert hidden == attentions * (4 + (cfg.attn_gate is not None)) + 2 * (cfg.n_enc_layers + cfg.n_dec_layers)
+
+
+def _vocab(**kw) -> ModelConfig:
+    return ModelConfig(src_vocab=30, tgt_vocab=40, **kw)
+
+
+def _step(cfg: ModelConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The logits of a fixed batch, and the weights after one AdamW step on it, of ``cfg``'s model seeded 0."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(cfg)
+    src, tgt = torch.randint(1, 30, (3, 7)), torch.randint(1, 40, (3, 6))
+    logits = model(src, tgt)
+    opt = build_optimizer(model, default_optim(lr=1e-2, weight_decay=0.1))
+    F.cross_entropy(logits.flatten(0, 1), tgt.flatten()).backward()
+    opt.step()
+    return logits.detach(), {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+NORM_PRESETS = [p for p in presets() if p.startswith("norm=")]
+
+
+def _norm(case: str) -> NormConfig:
+    """A norm preset's ``norm`` (``norm=olmo2``), or ``norm.kind=K`` on the default one."""
+    overrides = [case] if case.startswith("norm=") else [f"norm.kind={case}"]
+    if case in BATCH_READING_KINDS:  # their decoder blocks read the batch only where the user allows it
+        overrides.append("norm.decoder_batch_stats=true")
+    return model_config(compose_conf("model=tiny", *overrides), 30, 40).norm
+
+
+@pytest.mark.parametrize("case", NORM_PRESETS + list(NORM_KINDS))
+def test_mup_at_its_base_width_is_sp_bit_for_bit_and_composes_with_the_norm_at_twice_it(case: str) -> None:
+    small = {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_enc_layers": 2, "n_dec_layers": 2, "norm": _norm(case)}
+    wide = {**small, "d_model": 64, "d_ff": 128, "parametrization": "mup", "base_d_model": 32}
+    if small["norm"].hc is not None:  # hyper-connections' width-to-streams projections: refused in one line
+        with pytest.raises(ValueError, match="model.parametrization=mup has no rule for norm.hc="):
+            _vocab(**wide)
+        return
+    sp_logits, sp_weights = _step(_vocab(**small))
+    mup_logits, mup_weights = _step(_vocab(**small, parametrization="mup", base_d_model=32))
+    assert torch.equal(sp_logits, mup_logits)
+    assert sp_weights.keys() == mup_weights.keys() and all(torch.equal(sp_weights[k], mup_weights[k]) for k in sp_weights)
+    # at twice the base width: it builds, trains a step to finite weights, and every hidden matrix gets 1 / m
+    logits, weights = _step(_vocab(**wide))
+    assert torch.isfinite(logits).all() and all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point())
+    model = EncoderDecoder(_vocab(**wide))
+    factors = lr_factors(model)
+    for module in model.modules():
+        for linear in getattr(module, "linear_roles", dict)().values():
+            weight = linear.parametrizations.weight.original1 if hasattr(linear, "parametrizations") else linear.weight
+            assert factors[id(weight)] == 0.5
+
+
+def test_the_attention_logits_are_q_k_over_k_times_sqrt_k0_and_cosine_logits_keep_theirs() -> None:
+    model = EncoderDecoder(_vocab(d_model=256, d_ff=1024, parametrization="mup", base_d_model=64))  # m 4, K 64, K_0 16
+    attn = model.encoder[0].self_attn.branch
+    assert attn.logit_scale == 0.5  # sqrt(K_0 / K)
+    x = torch.randn(2, 5, 256)
+    B, T, D, H = 2, 5, 256, model.cfg.n_heads
+    q, k, v = (proj(x).view(B, T, H, -1).transpose(1, 2) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+    weights = torch.softmax(q @ k.transpose(-1, -2) * math.sqrt(16) / 64, dim=-1)  # q.k sqrt(K_0) / K
+    expected = attn.out_proj((weights @ v).transpose(1, 2).reshape(B, T, D))
+    torch.testing.assert_close(attn(x), expected)
+    l2 = EncoderDecoder(_vocab(d_model=256, d_ff=1024, norm=NormConfig(qk="l2"), parametrization="mup", base_d_model=64))
+    assert l2.encoder[0].self_attn.branch.logit_scale == 1.0
+
+
+def test_the_output_logits_get_one_over_sqrt_m_and_learned_positions_the_base_std() -> None:
+    torch.manual_seed(0)
+    cfg = _vocab(d_model=256, d_ff=1024, positions="learned", parametrization="mup", base_d_model=64)
+    model = EncoderDecoder(cfg)
+    raw = []
+    model.output.register_forward_hook(lambda _m, _i, out: raw.append(out))
+    logits = model(torch.randint(1, 30, (2, 5)), torch.randint(1, 40, (2, 4)))
+    torch.testing.assert_close(logits, raw[0] * 0.5, rtol=0, atol=0)
+    # drawn N(0, 1/D) then times sqrt(m): the base model's std, 1/8; 64 x 256 draws put the sample std within 2 %
+    assert model.src_embed.positions.weight.std().item() == pytest.approx(1 / 8, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"parametrization": "ntk"}, "unknown model.parametrization 'ntk'; valid: sp, mup"),
+        ({"parametrization": "mup"}, "model.parametrization=mup needs model.base_d_model"),
+        ({"parametrization": "mup", "base_d_model": 66}, "model.base_d_model=66 is not divisible by model.n_heads=4"),
+        ({"parametrization": "mup", "base_d_model": 48, "d_ff": 500}, "model.d_ff=500 does not scale to the base width"),
+        ({"parametrization": "mup", "base_d_model": 64, "attn_gate": "headwise"}, "no rule for model.attn_gate=headwise"),
+        ({"parametrization": "mup", "base_d_model": 64, "norm": NormConfig(hc="static")}, "no rule for norm.hc=static"),
+    ],
+)
+def test_a_config_muP_cannot_take_is_refused_naming_the_value(kw: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _vocab(**kw)
+
+
+def test_muon_is_refused_beside_mup() -> None:
+    model = EncoderDecoder(_vocab(parametrization="mup", base_d_model=64))
+    with pytest.raises(ValueError, match="model.parametrization=mup scales Adam's LR per parameter"):
+        build_optimizer(model, default_optim(lr=1e-3, muon=MuonConfig()))
+
+
+def test_normlab_s_readout_trains_as_mup_s_muReadout() -> None:
+    # mup's MuReadout: W' = sqrt(m) W at init, logits W' h / m, W' at Adam's plain lr and decay. normlab's: W, logits
+    # W h / sqrt(m), lr / sqrt(m), decay * sqrt(m). The same function, and Adam (scale-free but for eps) takes the same
+    # steps in W', so after a few steps the two models' logits agree.
+    cfg = _vocab(d_model=256, d_ff=1024, tie_embeddings=False, parametrization="mup", base_d_model=64)
+    m = cfg.width_mult
+    torch.manual_seed(0)
+    ours = EncoderDecoder(cfg)
+    theirs = EncoderDecoder(cfg)
+    theirs.load_state_dict(ours.state_dict())
+    with torch.no_grad():
+        theirs.output.weight.mul_(math.sqrt(m))
+    theirs.output.register_forward_hook(lambda _m, _i, out: out / math.sqrt(m))  # with the model's 1 / sqrt(m): 1 / m
+    factors = lr_factors(ours)
+    factors_theirs = {**lr_factors(theirs), id(theirs.output.weight): 1.0}
+
+    def adamw(model: EncoderDecoder, f: dict[int, float]) -> torch.optim.AdamW:
+        groups = [{"params": [p], "lr": 1e-2 * f[id(p)], "weight_decay": 0.1 / f[id(p)]} for p in model.parameters()]
+        return torch.optim.AdamW(groups, eps=1e-12)
+
+    src, tgt = torch.randint(1, 30, (4, 7)), torch.randint(1, 40, (4, 6))
+    for model, f in ((ours, factors), (theirs, factors_theirs)):
+        opt = adamw(model, f)
+        for _ in range(3):
+            opt.zero_grad()
+            F.cross_entropy(model(src, tgt).flatten(0, 1), tgt.flatten()).backward()
+            opt.step()
+    torch.testing.assert_close(ours(src, tgt), theirs(src, tgt), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(ours.output.weight * math.sqrt(m), theirs.output.weight, rtol=1e-4, atol=1e-6)
