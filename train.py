@@ -41,6 +41,7 @@ from training.checkpoint import LATEST, ResumeRefused, finished_run_changes
 from training.cli import check_args, register_resolvers, resume_command
 from training.flops import train_flops
 from training.interrupt import NonFiniteLossError, RunInterrupted, StopRequest, read_stop, request_stop
+from training.optim import scheduled_lr
 from training.progress import Progress
 from training.schema import RunConfig, validate
 from training.step import train_step
@@ -141,7 +142,7 @@ def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
                 # Every rank records on the same steps: a rank-0-only schedule would send rank 0 alone
                 # into the logging block's collectives below (a hang). Only rank 0 logs what it saw.
                 record = run.telemetry.due(run.step, tc.max_steps)
-                lr = float(run.sched.get_last_lr()[0])  # the rate this step's update uses (read before it steps)
+                lr = scheduled_lr(run.opt)  # optim.lr as this step's update uses it (read before the schedule steps)
                 options = replace(run.step_options, step_tokens=batches.n_tgt_tokens, record=record)
                 micro = [b.to(run.device) for b in batches.micro]
                 result = train_step(run.ddp, micro, run.opt, run.sched, run.telemetry, options)

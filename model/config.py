@@ -15,8 +15,8 @@ from typing import Any
 from model.kinds import BATCH_READING_KINDS, HC_KINDS, check_attention_controls
 from model.norm_config import BlockNorm as BlockNorm
 from model.norm_config import NormConfig, NormSpec
+from model.parametrization import UNRULED_KINDS, width_mult
 from model.parametrization import check as check_parametrization
-from model.parametrization import width_mult
 from model.placements import PLACEMENTS
 from runlog.metric_names import STACKS
 
@@ -156,6 +156,15 @@ class ModelConfig:
         if self.norm.hc is not None or self.attn_gate == "headwise":
             what = f"norm.hc={self.norm.hc}" if self.norm.hc is not None else "model.attn_gate=headwise"
             raise ValueError(f"model.parametrization=mup has no rule for {what}'s width-to-fixed projection; use sp")
+        stacks = (("enc", self.n_enc_layers), ("dec", self.n_dec_layers))
+        kinds = sorted({self.block_norm(s, i).kind for s, n in stacks for i in range(n)} & UNRULED_KINDS.keys())
+        if kinds:
+            raise ValueError(f"model.parametrization=mup has no rule for norm.kind={kinds[0]}: {UNRULED_KINDS[kinds[0]]}; use sp")
+        if self.norm.learned_embed_scale:
+            raise ValueError(
+                "model.parametrization=mup has no rule for norm.learned_embed_scale=true: a scalar that starts at "
+                "sqrt(d_model), whose size grows with the width; use sp"
+            )
 
     @property
     def width_mult(self) -> float:

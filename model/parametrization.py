@@ -28,6 +28,12 @@ number, and at D = D_0 every factor is exactly 1: ``mup`` is ``sp`` (``tests/tes
 import math
 
 PARAMETRIZATIONS = ("sp", "mup")
+# Norm kinds whose own parameters muP's rules do not cover: refused under mup, each with the reason.
+UNRULED_KINDS = {
+    "seednorm": "its beta reads the whole width into one number per token, a readout without muP's multiplier",
+    "dyisru": "its beta starts at d_model, a scalar whose size grows with the width",
+    "scalenorm": "its g starts at sqrt(d_model), a scalar whose size grows with the width",
+}
 
 
 def width_mult(parametrization: str, d_model: int, base_d_model: int | None) -> float:
@@ -47,11 +53,16 @@ def check(parametrization: str, d_model: int, d_ff: int, n_heads: int, base_d_mo
     if parametrization not in PARAMETRIZATIONS:
         return f"unknown model.parametrization {parametrization!r}; valid: {', '.join(PARAMETRIZATIONS)}"
     if parametrization == "sp":
+        if base_d_model is not None:
+            return f"model.base_d_model={base_d_model} is muP's base width: set model.parametrization=mup, or base_d_model=null"
         return None
     if isinstance(base_d_model, bool) or not isinstance(base_d_model, int) or base_d_model < 1:
         return f"model.parametrization=mup needs model.base_d_model, a positive integer (the base width), got {base_d_model!r}"
     if base_d_model % n_heads:
-        return f"model.base_d_model={base_d_model} is not divisible by model.n_heads={n_heads} (the base model's heads)"
+        return (
+            f"model.base_d_model={base_d_model} is not divisible by model.n_heads={n_heads} (the base model's heads); "
+            f"valid: multiples of {n_heads}"
+        )
     if (d_ff * base_d_model) % d_model:
         return (
             f"model.d_ff={d_ff} does not scale to the base width: d_ff * base_d_model / d_model = "

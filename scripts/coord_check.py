@@ -1,6 +1,6 @@
 """The coordinate check of muP (docs/parametrization.md), ``reporting.coord_check.run_families``:
 
-    python -m scripts.coord_check --family norm=pre_ln --family norm=post_ln --out coord
+python -m scripts.coord_check --family norm=pre_ln --family norm=post_ln --out coord
 """
 
 import argparse
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.widths) < 2 or args.steps < 1:
         parser.error(f"need two widths or more and --steps >= 1, got --widths {args.widths} --steps {args.steps}")
     try:
-        base = args.base_width or min(args.widths)
+        base = min(args.widths) if args.base_width is None else args.base_width
         lines = run_families(args.overrides, args.family, args.widths, base, args.steps, args.lr, args.out)
     except (ValueError, HydraException) as err:
         print(f"coord_check: error: {hydra_error_line(err)}", file=sys.stderr)

@@ -3,7 +3,8 @@ microsoft/mup's ``mup.coord_check``): the same model trained for a few Adam step
 site's RMS read at every step from normlab's own telemetry (``act/<site>/rms``, docs/telemetry.md) and the output
 logits' RMS from a forward pass on the same batch. Under muP (``model.parametrization=mup``) an activation's
 coordinates keep their size as the width grows; under the standard parametrization they grow with it once Adam has
-updated the weights (the paper's Fig. 5: the logits and attention logits blow up). The summary is the slope of
+updated the weights (the paper's Fig. 5). The attention logits are not read here: their 1 / sqrt(m) is a unit test's
+(tests/test_parametrization.py). The summary is the slope of
 log2 RMS over log2 width at each step and site (least squares): about 0 where the size does not depend on the width,
 1 where it doubles with it.
 
@@ -86,13 +87,9 @@ def coord_check(cfg: ModelConfig, widths: list[int], base_width: int, steps: int
     """Every site's RMS at every width of ``widths`` and step 0..``steps``, under ``sp`` and under ``mup`` against
     ``base_width``; the same batch (:func:`fixed_batch`) and the same seed at every width."""
     batch = fixed_batch(cfg, seed)
-    rows = []
-    for parametrization in ("sp", "mup"):
-        for width in widths:
-            wide = widened(cfg, width, parametrization, base_width)
-            for step, site, rms in run_width(wide, batch, steps, lr, seed):
-                rows.append(Coord(parametrization, width, step, site, rms))
-    return rows
+    # every config first, so that a width or base muP cannot take stops the check before any training
+    configs = [(p, w, widened(cfg, w, p, base_width)) for p in ("sp", "mup") for w in widths]
+    return [Coord(p, w, step, site, rms) for p, w, wide in configs for step, site, rms in run_width(wide, batch, steps, lr, seed)]
 
 
 def slopes(rows: list[Coord]) -> dict[tuple[str, int, str], float]:

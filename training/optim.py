@@ -119,6 +119,13 @@ def _by_factor(groups: list[dict], factors: dict[int, float]) -> list[dict]:
     return split
 
 
+def scheduled_lr(opt: torch.optim.Optimizer) -> float:
+    """``optim.lr`` as the schedule sets it now: the first group's lr over its ``lr_scale`` (muP's factor on that
+    group under ``model.parametrization=mup``; none under AdamW or Muon, whose first group is AdamW's)."""
+    group = opt.param_groups[0]
+    return float(group["lr"]) / group.get("lr_scale", 1.0)
+
+
 def build_scheduler(
     opt: torch.optim.Optimizer, peak_lr: float, schedule: ScheduleConfig, max_steps: int, start_step: int = 0
 ) -> LRScheduler:
