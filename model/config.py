@@ -86,8 +86,10 @@ class ModelConfig:
             an integer >= 1, > 1 without ``norm.hc``, or ``norm.hc`` with GPAS or with a block whose placement normalizes,
             scales or re-routes the stream (the message lists the placements that admit it); an attention control
             outside its choices, a cap that is not a positive number, or ``attn_sink`` with softpick; an unknown
-            ``parametrization``, ``mup`` without a base width that divides into the heads and d_ff, or ``mup`` with
-            a width-to-fixed projection it has no rule for (``norm.hc``'s, ``attn_gate=headwise``'s).
+            ``parametrization``, ``mup`` without a base width that divides into the heads and d_ff, ``mup`` with
+            a width-to-fixed projection it has no rule for (``norm.hc``'s, ``attn_gate=headwise``'s) or a norm
+            kind or embedding scale it has none for (``model.parametrization.UNRULED_KINDS``,
+            ``norm.learned_embed_scale``), or a ``base_d_model`` under ``sp``.
     """
 
     src_vocab: int
