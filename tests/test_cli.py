@@ -58,7 +58,10 @@ def test_a_norm_kind_given_as_norm_names_norm_kind_and_the_presets(kind, capsys)
         (["norm=pre_lm"], "unknown norm preset 'pre_lm'; did you mean norm=pre_ln or norm=pre_rms or norm=pre_lns? valid: "),
         (["-m", "norm=post_ln,pre_lm", "seed=0,1"], "unknown norm preset 'pre_lm'; did you mean norm=pre_ln"),
         (["model=tinyy"], "unknown model preset 'tinyy'; did you mean model=tiny? valid: base, mini, small, tiny"),
-        (["model.d_modle=64"], "model.d_modle is not a key of model; did you mean model.d_model? valid keys: d_model, n_heads"),
+        (
+            ["model.d_modle=64"],
+            "model.d_modle is not a key of model; did you mean model.d_model or model.base_d_model? valid keys: d_model, n_heads",
+        ),
         (["-m", "norm=post_ln,pre_ln", "seed=0,1", "model.d_modle=64"], "model.d_modle is not a key of model; did you mean"),
         (["+experiment=norm_ablation", "trainer.max_step=3"], "trainer.max_step is not a key of trainer; did you mean "
                                                               "trainer.max_steps or trainer.max_tokens?"),

@@ -199,7 +199,7 @@ def run_cli(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
         ("norm=pre_dyt norm.placement=post", "norm.kind='dyt' cannot be used with norm.placement='post'"),
         ("model.n_heads=3", "d_model=32 is not divisible by model.n_heads=3"),
         ("trainer.device=tpu", "unknown trainer.device 'tpu'; valid: auto, cpu, cuda"),
-        ("model.d_modle=64", "model.d_modle is not a key of model; did you mean model.d_model?"),
+        ("model.d_modle=64", "model.d_modle is not a key of model; did you mean model.d_model or model.base_d_model?"),
         ("trainer.eval_every=0", "trainer.eval_every=0 is invalid; it must be an integer >= 1"),
         ("optim.lr=-1", "optim.lr=-1 is invalid; it must be a finite number > 0"),
         ("schedule.decay=exp", "schedule.decay='exp' is invalid; valid: linear, cosine, constant, inverse_sqrt"),

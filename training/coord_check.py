@@ -22,6 +22,7 @@ from scipy.stats import linregress
 from data.batching import Batch
 from model.config import ModelConfig
 from model.transformer import EncoderDecoder
+from runlog.metric_names import parse
 from telemetry.config import TelemetryConfig
 from telemetry.recorder import Telemetry
 from training.optim import build_optimizer, build_scheduler
@@ -78,8 +79,8 @@ def run_width(cfg: ModelConfig, batch: Batch, steps: int, lr: float, seed: int) 
         out.append((step, LOGITS, logits.float().pow(2).mean().sqrt().item()))
         train_step(model, [batch], opt, sched, tele, replace(options, step_tokens=batch.n_tgt_tokens))
         stats = tele.collect()
-        rms = {key[4:-4]: v for key, v in stats.items() if key.startswith("act/") and key.endswith("/rms")}  # act/<site>/rms
-        out += [(step, site, v) for site, v in rms.items()]
+        acts = [(m, v) for m, v in ((parse(key), v) for key, v in stats.items()) if m and m.family == "act"]
+        out += [(step, m.where, v) for m, v in acts if m.where is not None and m.stat == "rms"]  # act/{where}/rms
     return out
 
 
