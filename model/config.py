@@ -15,7 +15,7 @@ from typing import Any
 from model.kinds import BATCH_READING_KINDS, HC_KINDS, check_attention_controls
 from model.norm_config import BlockNorm as BlockNorm
 from model.norm_config import NormConfig, NormSpec
-from model.parametrization import UNRULED_KINDS, width_mult
+from model.parametrization import COMPLETEP_PLACEMENTS, UNRULED_KINDS, depth_mult, width_mult
 from model.parametrization import check as check_parametrization
 from model.placements import PLACEMENTS
 from runlog.metric_names import STACKS
@@ -71,9 +71,11 @@ class ModelConfig:
         attn_softmax: ``softmax`` or ``softpick`` (Zuhri et al. 2025) in every attention.
         attn_softcap, final_softcap: c > 0 soft-caps every attention's logits / the output logits to
             c * tanh(x / c) (Gemma 2: 50.0 and 30.0); None: no cap.
-        parametrization: ``sp`` (standard) or ``mup`` (muP for Adam against a base model of width ``base_d_model``:
-            ``model.parametrization`` gives the rules and sources).
-        base_d_model: D_0, the base width of ``mup`` (None under ``sp``).
+        parametrization: ``sp`` (standard), ``mup`` (muP for Adam against a base model of width ``base_d_model``)
+            or ``completep`` (muP and CompleteP's depth rule against ``base_depth``): ``model.parametrization`` gives
+            the rules and sources.
+        base_d_model: D_0, the base width of ``mup`` and ``completep`` (None under ``sp``).
+        base_depth: L_0, the base model's blocks per stack under ``completep`` (None otherwise).
 
     Raises:
         ValueError: a size out of range, d_model not divisible by n_heads, an unknown
@@ -89,7 +91,9 @@ class ModelConfig:
             ``parametrization``, ``mup`` without a base width that divides into the heads and d_ff, ``mup`` with
             a width-to-fixed projection it has no rule for (``norm.hc``'s, ``attn_gate=headwise``'s) or a norm
             kind or embedding scale it has none for (``model.parametrization.UNRULED_KINDS``,
-            ``norm.learned_embed_scale``), or a ``base_d_model`` under ``sp``.
+            ``norm.learned_embed_scale``), or a ``base_d_model`` under ``sp``; ``completep`` (which inherits ``mup``'s
+            refusals) without a positive ``base_depth``, or with a placement outside
+            ``model.parametrization.COMPLETEP_PLACEMENTS`` or GPAS; a ``base_depth`` under ``sp`` or ``mup``.
     """
 
     src_vocab: int
@@ -117,6 +121,7 @@ class ModelConfig:
     final_softcap: float | None = None
     parametrization: str = "sp"
     base_d_model: int | None = None
+    base_depth: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("src_vocab", "tgt_vocab", "d_model", "n_heads", "d_ff", "n_enc_layers", "n_dec_layers", "max_len"):
@@ -150,28 +155,40 @@ class ModelConfig:
         self._check_parametrization()
 
     def _check_parametrization(self) -> None:
-        if error := check_parametrization(self.parametrization, self.d_model, self.d_ff, self.n_heads, self.base_d_model):
+        param = self.parametrization
+        if error := check_parametrization(param, self.d_model, self.d_ff, self.n_heads, self.base_d_model, self.base_depth):
             raise ValueError(error)
-        if self.parametrization != "mup":
+        if param == "sp":
             return
         # muP's rules (mup's assert_hidden_size_inf) cover no projection from the width to a fixed size but the output
         if self.norm.hc is not None or self.attn_gate == "headwise":
             what = f"norm.hc={self.norm.hc}" if self.norm.hc is not None else "model.attn_gate=headwise"
-            raise ValueError(f"model.parametrization=mup has no rule for {what}'s width-to-fixed projection; use sp")
+            raise ValueError(f"model.parametrization={param} has no rule for {what}'s width-to-fixed projection; use sp")
         stacks = (("enc", self.n_enc_layers), ("dec", self.n_dec_layers))
-        kinds = sorted({self.block_norm(s, i).kind for s, n in stacks for i in range(n)} & UNRULED_KINDS.keys())
-        if kinds:
-            raise ValueError(f"model.parametrization=mup has no rule for norm.kind={kinds[0]}: {UNRULED_KINDS[kinds[0]]}; use sp")
+        specs = [self.block_norm(s, i) for s, n in stacks for i in range(n)]
+        if kinds := sorted({spec.kind for spec in specs} & UNRULED_KINDS.keys()):
+            reason = UNRULED_KINDS[kinds[0]]
+            raise ValueError(f"model.parametrization={param} has no rule for norm.kind={kinds[0]}: {reason}; use sp")
         if self.norm.learned_embed_scale:
             raise ValueError(
-                "model.parametrization=mup has no rule for norm.learned_embed_scale=true: a scalar that starts at "
+                f"model.parametrization={param} has no rule for norm.learned_embed_scale=true: a scalar that starts at "
                 "sqrt(d_model), whose size grows with the width; use sp"
+            )
+        if param == "completep" and (spec := next((s for s in specs if s.placement not in COMPLETEP_PLACEMENTS or s.gpas), None)):
+            what = "norm.gpas=true" if spec.placement in COMPLETEP_PLACEMENTS else f"norm.placement={spec.placement}"
+            raise ValueError(
+                f"model.parametrization=completep has no rule for {what}: CompleteP's 1/L branch multiplier is derived for "
+                f"the pre-LN stream x + F(N(x)) / m_L; valid placements: {', '.join(COMPLETEP_PLACEMENTS)}, without GPAS"
             )
 
     @property
     def width_mult(self) -> float:
-        """m = d_model / base_d_model under ``mup``, 1.0 under ``sp`` (``model.parametrization``)."""
+        """m = d_model / base_d_model under ``mup`` and ``completep``, 1.0 under ``sp`` (``model.parametrization``)."""
         return width_mult(self.parametrization, self.d_model, self.base_d_model)
+
+    def depth_mult(self, stack: str) -> float:
+        """m_L = the blocks of ``stack`` (``enc`` or ``dec``) / base_depth under ``completep``, else 1.0."""
+        return depth_mult(self.parametrization, self.n_enc_layers if stack == "enc" else self.n_dec_layers, self.base_depth)
 
     def _check_block_layers(self) -> None:
         n_layers = {"enc": ("n_enc_layers", self.n_enc_layers), "dec": ("n_dec_layers", self.n_dec_layers)}

@@ -8,6 +8,7 @@ input-norm factor, gate, B2T's skip over the block).
 Shape legend: B batch, S src length, T tgt length, D d_model, F d_ff.
 """
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -72,7 +73,8 @@ def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Calla
     gate the record shares across the block (ReZero) is built once, and so is the block's GPAS gate (``spec.gpas``:
     one per layer, as the official code's ``GPASBlock``). The residual is a ``HyperResidual`` with ``norm.hc``, over
     ``cfg.residual_streams`` streams, its hyper-connection told its index in the stack; else a ``GPASResidual`` with
-    ``spec.gpas``; else the plain ``Residual`` (``ModelConfig`` rejects ``norm.hc`` with GPAS)."""
+    ``spec.gpas``; else the plain ``Residual`` (``ModelConfig`` rejects ``norm.hc`` with GPAS). Under
+    ``model.parametrization=completep`` every branch output gets 1 / m_L, the stack's depth multiplier."""
     placement = PLACEMENTS[spec.placement]
     shared: list[Sublayer] = []
     built: list[Sublayer] = []
@@ -82,6 +84,8 @@ def sublayers(cfg: ModelConfig, spec: NormSpec, stack: str, index: int) -> Calla
     def wrap(branch: nn.Module) -> Sublayer:
         is_attention = isinstance(branch, MultiHeadAttention)
         plan = placement.plan(is_attention, stack, index, cfg.n_enc_layers, cfg.n_dec_layers)
+        if (m_depth := cfg.depth_mult(stack)) != 1.0:  # CompleteP's 1 / m_L on the branch (model.parametrization)
+            plan = dataclasses.replace(plan, branch_scale=1.0 / m_depth)
         site = "attn" if is_attention else "ffn"
         args = (
             branch,

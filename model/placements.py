@@ -188,14 +188,16 @@ class GateRule:
 class ResidualPlan:
     """What one residual sublayer builds (``model.residual.Residual``), resolved from its block's
     placement record and depth: the filled slots, alpha on the skip, a factor on the ``norm_in``
-    output (and a cross-attention's memory), whether the skip starts from the ``norm_in`` output, and the branch gate as
-    (per_channel, initial value) or None."""
+    output (and a cross-attention's memory), whether the skip starts from the ``norm_in`` output, the branch gate as
+    (per_channel, initial value) or None, and a fixed factor on the branch output (``branch_scale``: CompleteP's
+    1 / m_L, set by ``model.layers`` from the model's parametrization, not by a placement)."""
 
     slots: Slots
     alpha: float = 1.0
     in_scale: float = 1.0
     normed_skip: bool = False
     gate: tuple[bool, float] | None = None
+    branch_scale: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """Residual connections with the norm at a chosen placement (``model.placements``).
 
 x is the residual stream (B, T, D); F is the sublayer (attention or FFN); N is the chosen norm.
-One block computes ``x <- norm_out(alpha * x + dropout(g * norm_branch(F(s * norm_in(x)))) [+ skip])``;
+One block computes ``x <- norm_out(alpha * x + c * dropout(g * norm_branch(F(s * norm_in(x)))) [+ skip])``;
 its placement record, resolved for the sublayer and its depth (``Placement.plan``), says which slots
 hold a norm, alpha, the input factor s (LayerNorm Scaling: on ``norm_in(x)`` and on a cross-attention's
 memory, the other normalized input of that sublayer), whether the skip starts from
 ``norm_in(x)`` instead of x (HybridNorm's FFN), the learned gate g (ReZero, LayerScale), and whether
-the block input comes back as ``skip`` (B2T). The other residual mechanisms build on :class:`Sublayer`, each in
+the block input comes back as ``skip`` (B2T); c is 1 but under ``model.parametrization=completep``
+(``ResidualPlan.branch_scale``, CompleteP's 1 / m_L). The other residual mechanisms build on :class:`Sublayer`, each in
 a module of its own: GPAS on the sum (``model.gpas.GPASResidual``, ``norm.gpas``) and hyper-connections in place of
 the sum (``model.hyper_residual.HyperResidual``, ``norm.hc``); ``model.layers`` picks one per sublayer.
 
@@ -39,7 +40,8 @@ class Gate(nn.Module):
 
 
 class Sublayer(nn.Module):
-    """A sublayer's planned slots and its update ``dropout(gate(norm_branch(branch(in_scale * h, *context))))``,
+    """A sublayer's planned slots and its update ``c * dropout(gate(norm_branch(branch(in_scale * h, *context))))``
+    (c: the plan's ``branch_scale``),
     without the sum that carries the stream on: :class:`Residual` adds it to the stream, ``HyperResidual`` to the
     hyper-connection's streams.
 
@@ -79,6 +81,7 @@ class Sublayer(nn.Module):
         self.alpha = plan.alpha
         self.in_scale = plan.in_scale
         self.normed_skip = plan.normed_skip
+        self.branch_scale = plan.branch_scale
         self.norm_in = slot(use_in)
         self.branch = branch
         self.norm_branch = slot(use_branch)
@@ -99,7 +102,7 @@ class Sublayer(nn.Module):
         return self.norm_in(x, keep) if self.in_reads else self.norm_in(x)
 
     def update(self, h: torch.Tensor, context: tuple, keep: torch.Tensor | None) -> torch.Tensor:
-        """``dropout(gate(norm_branch(branch(in_scale * h, *context))))`` for h the ``norm_in`` output, with
+        """``c * dropout(gate(norm_branch(branch(in_scale * h, *context))))`` for h the ``norm_in`` output, with
         ``in_scale * memory`` in place of a cross-attention's memory (``context[0]`` when not None).
         (B, T, D) -> (B, T, D)."""
         if self.in_scale != 1.0:
@@ -108,7 +111,8 @@ class Sublayer(nn.Module):
                 context = (context[0] * self.in_scale, *context[1:])
         f = self.branch(h, *context)
         f = self.norm_branch(f, keep) if self.branch_reads else self.norm_branch(f)
-        return self.dropout(self.gate(f))
+        f = self.dropout(self.gate(f))
+        return f if self.branch_scale == 1.0 else f * self.branch_scale
 
 
 class Residual(Sublayer):

@@ -46,6 +46,7 @@ ADDED = {  # dotted key added since the first release -> the value under which t
     "optim.qk_clip": None,  # no QK-Clip
     "model.parametrization": "sp",  # the standard parametrization
     "model.base_d_model": None,
+    "model.base_depth": None,
 }
 
 

@@ -108,7 +108,7 @@ def test_setting_a_sweep_jobs_keys_on_a_composed_config_is_what_hydra_composes()
          "telemetry, decode, train"),
         ("+model.vocab=5", "model.vocab is not a key of model; valid keys: d_model, n_heads, d_ff, n_enc_layers, n_dec_layers, "
          "dropout, attn_dropout, act_dropout, max_len, positions, tie_embeddings, weight_norm, residual_streams, attn_gate, "
-         "attn_sink, attn_softmax, attn_softcap, final_softcap, parametrization, base_d_model"),
+         "attn_sink, attn_softmax, attn_softcap, final_softcap, parametrization, base_d_model, base_depth"),
         ("data=multi30k +data.keep_stress=true", f"data.keep_stress is not a key of data (translation); valid keys: "
          f"{TRANSLATION_KEYS}"),
         ("data=multi30k +data.hub.splits.dev=x", "data.hub.splits.dev is not a key of data.hub.splits; valid keys: train, "

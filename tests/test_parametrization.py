@@ -137,7 +137,7 @@ def test_the_output_logits_get_one_over_sqrt_m_and_learned_positions_the_base_st
 @pytest.mark.parametrize(
     "kw, message",
     [
-        ({"parametrization": "ntk"}, "unknown model.parametrization 'ntk'; valid: sp, mup"),
+        ({"parametrization": "ntk"}, "unknown model.parametrization 'ntk'; valid: sp, mup, completep"),
         ({"parametrization": "mup"}, "model.parametrization=mup needs model.base_d_model"),
         (
             {"parametrization": "mup", "base_d_model": 66},

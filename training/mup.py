@@ -3,7 +3,9 @@
 of its dimensions differ from the same parameter's in the base model (``infshape``; ``mup.optim.MuAdam`` scales a
 parameter with two such dimensions, a hidden matrix, by 1 / its fan-in's multiplier). The token embeddings and the
 readout get 1 / sqrt(m) instead, for the reason ``model.parametrization`` gives (normlab's sqrt(D) embedding factor).
-``tests/test_parametrization.py`` compares the hidden matrices' factors with MuAdamW's on the same model."""
+``tests/test_parametrization.py`` compares the hidden matrices' factors with MuAdamW's on the same model. Under
+``model.parametrization=completep`` the LRs are muP's (CompleteP's depth factor on them, m_L^(alpha - 1), is 1 at
+alpha = 1) and the blocks' Adam eps gets 1 / (m * m_L) (:func:`eps_factors`)."""
 
 import dataclasses
 import math
@@ -39,4 +41,16 @@ def lr_factors(model: EncoderDecoder) -> dict[int, float]:
             factors[id(p)] = base[name].shape[1] / p.shape[1]
         else:  # vector-like (one grown dimension: gains, biases, learned positions) or fixed: unchanged
             factors[id(p)] = 1.0
+    return factors
+
+
+def eps_factors(model: EncoderDecoder) -> dict[int, float]:
+    """``id(parameter)`` -> the factor on its Adam eps: 1 / (m * m_L) for a parameter of a block of a stack with depth
+    multiplier m_L under ``completep`` (Dey et al. 2025, Table 1, residual blocks; nanoGPT-mup's completep branch
+    scales one eps, every parameter's, alike), 1 for the rest and for every parameter under ``sp`` and ``mup``."""
+    factors = {id(p): 1.0 for p in model.parameters()}
+    if model.cfg.parametrization == "completep":
+        for stack, blocks in (("enc", model.encoder), ("dec", model.decoder)):
+            factor = 1.0 / (model.cfg.width_mult * model.cfg.depth_mult(stack))
+            factors |= {id(p): factor for p in blocks.parameters()}
     return factors

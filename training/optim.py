@@ -12,7 +12,7 @@ from model.hyper_connections import HyperConnection
 from model.transformer import EncoderDecoder
 from model.weight_norm import weight_norm_gains
 from training.muon import MuonAdamW, hidden_matrices
-from training.mup import lr_factors
+from training.mup import eps_factors, lr_factors
 from training.schema import OptimConfig, ScheduleConfig
 
 
@@ -65,14 +65,17 @@ def build_optimizer(model: nn.Module, optim: OptimConfig) -> torch.optim.Optimiz
     pulled toward 0 and a zero-centred one toward 1 (tests/test_gains.py), for studying the recipes that decay every
     parameter.
 
-    Under ``model.parametrization=mup`` each AdamW group is split by muP's LR factor f (``training.mup.lr_factors``):
-    a group with ``lr_scale`` f peaks at ``optim.lr * f`` and decays by ``optim.weight_decay / f``.
+    Under ``model.parametrization=mup`` (``completep``) each AdamW group is split by muP's LR factor f
+    (``training.mup.lr_factors``) and CompleteP's eps factor e (``training.mup.eps_factors``): a group with
+    ``lr_scale`` f peaks at ``optim.lr * f``, decays by ``optim.weight_decay / f`` and has eps ``optim.eps * e``.
 
     Raises:
-        ValueError: ``optim.muon`` with ``model.parametrization=mup`` (muP's rules are Adam's).
+        ValueError: ``optim.muon`` with ``model.parametrization=mup`` or ``completep`` (their rules are Adam's).
     """
-    if optim.muon and isinstance(model, EncoderDecoder) and model.cfg.parametrization == "mup":
-        raise ValueError("model.parametrization=mup scales Adam's LR per parameter; Muon has no such rule here: use optim=adamw")
+    if optim.muon and isinstance(model, EncoderDecoder) and (param := model.cfg.parametrization) != "sp":
+        raise ValueError(
+            f"model.parametrization={param} scales Adam's LR per parameter; Muon has no such rule here: use optim=adamw"
+        )
     muon = {id(p) for p in hidden_matrices(model)} if optim.muon else set()
     params = [p for p in model.parameters() if id(p) not in muon]
     adamw = _adamw(params, model, optim)
@@ -102,20 +105,24 @@ def _adamw(params: list[nn.Parameter], model: nn.Module, optim: OptimConfig) -> 
     decay = [p for p, d in zip(params, decayed, strict=True) if d]
     no_decay = [p for p, d in zip(params, decayed, strict=True) if not d]
     groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if isinstance(model, EncoderDecoder) and model.cfg.width_mult != 1.0:
-        groups = _by_factor(groups, lr_factors(model))
+    if isinstance(model, EncoderDecoder) and model.cfg.parametrization != "sp":
+        groups = _by_factor(groups, lr_factors(model), eps_factors(model), optim.eps)
     fused = all(p.is_cuda for p in model.parameters())
     return torch.optim.AdamW(groups, lr=optim.lr, betas=optim.betas, eps=optim.eps, fused=fused or None)
 
 
-def _by_factor(groups: list[dict], factors: dict[int, float]) -> list[dict]:
-    """``groups`` each split by the parameters' muP LR factor f (first-seen order): ``lr_scale`` f, weight decay / f."""
+def _by_factor(groups: list[dict], lr: dict[int, float], eps: dict[int, float], base_eps: float) -> list[dict]:
+    """``groups`` each split by the parameters' LR factor f and eps factor e (first-seen order): ``lr_scale`` f,
+    weight decay / f, eps ``base_eps * e``; as they are where every factor is 1 (``sp``, or at the base model)."""
+    if set(lr.values()) | set(eps.values()) == {1.0}:
+        return groups
     split = []
     for group in groups:
-        by: dict[float, list[nn.Parameter]] = {}
+        by: dict[tuple[float, float], list[nn.Parameter]] = {}
         for p in group["params"]:
-            by.setdefault(factors[id(p)], []).append(p)
-        split += [{"params": ps, "weight_decay": group["weight_decay"] / f, "lr_scale": f} for f, ps in by.items()]
+            by.setdefault((lr[id(p)], eps[id(p)]), []).append(p)
+        wd = group["weight_decay"]
+        split += [{"params": ps, "weight_decay": wd / f, "lr_scale": f, "eps": base_eps * e} for (f, e), ps in by.items()]
     return split
 
 
