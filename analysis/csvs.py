@@ -17,6 +17,11 @@ def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[object
     return path
 
 
+def csv_field(value: object) -> object:
+    """A value as a CSV field: empty for None, a float at full precision (``repr``), anything else as it is."""
+    return "" if value is None else repr(value) if isinstance(value, float) else value
+
+
 def read_rows(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
     """The rows of the CSV ``path`` (``csv.DictReader``'s: column -> text), which must have at least ``columns``.
 

@@ -33,6 +33,7 @@ SCRIPTS = (
     "provenance",
     "run_values",
     "coord_check",
+    "lr_transfer",
 )
 DOCUMENTS = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))), "scripts/gpu_check.sh"]
 

@@ -1,0 +1,56 @@
+"""Does the best LR transfer across width or depth? Per family, the best LR at each width (depth) and its shift per
+doubling, with a 95 % interval over the seeds (``analysis.transfer``: definitions and formulas).
+
+    python -m scripts.lr_transfer CELLS_CSV --axis width --out TRANSFER_CSV [--by-preset]
+
+CELLS_CSV is the report's ``lr_sensitivity.csv`` of one LR study run at several widths (``model.d_model`` and
+``model.d_ff``, the axis keys ``width`` leaves out of a family's label) or depths (``depth``: ``model.n_enc_layers``,
+``model.n_dec_layers``); ``--by-preset`` names each family by its norm preset and parametrization (``pre_ln mup``).
+Written with the ``csv`` module (empty field: no value; floats at full precision):
+
+- TRANSFER_CSV: one row per family: ``family, n`` (seeds with a shift), ``shift_mean, ci95_lo, ci95_hi`` (log2 of the
+  best LR per doubling), ``per_seed_shift`` (``seed=value`` pairs), ``best_lr`` (``point=LR`` pairs: 2 to the mean
+  over seeds of log2 best LR), ``seeds_at_edge`` (seeds whose best LR sat on the grid's edge at some point);
+- ``transfer_seeds.csv`` beside it: ``family, seed, shift, abs_shift``, what a claim compares by seed.
+
+Exit status 2 with one line on a bad axis, a study that does not vary it, an unnamed family or an unwritable path.
+"""
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+from analysis.csvs import csv_field, output_dir, write_csv
+from analysis.transfer import AXES, preset_names, seed_rows, stripped_labels, transfers
+
+SUMMARY = ("family", "n", "shift_mean", "ci95_lo", "ci95_hi", "per_seed_shift", "best_lr", "seeds_at_edge")
+SEEDS = ("family", "seed", "shift", "abs_shift")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lr_transfer", description="the best LR's shift per doubling of width or depth")
+    parser.add_argument("cells", type=Path, metavar="CELLS_CSV", help="a report's lr_sensitivity.csv")
+    parser.add_argument("--axis", required=True, choices=sorted(AXES))
+    parser.add_argument("--out", type=Path, required=True, help="the summary CSV (transfer_seeds.csv goes beside it)")
+    parser.add_argument("--by-preset", action="store_true", help="name each family by its presets (pre_ln mup)")
+    args = parser.parse_args(argv)
+    try:
+        with args.cells.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        names = preset_names(stripped_labels(rows, args.axis)) if args.by_preset else None
+        found = transfers(rows, args.axis, names)
+        output_dir(args.out.parent)
+        summaries = [t.summary() for t in found]
+        write_csv(args.out, SUMMARY, ([csv_field(s[c]) for c in SUMMARY] for s in summaries))
+        seeds = [row for t in found for row in seed_rows(t)]
+        write_csv(args.out.with_name("transfer_seeds.csv"), SEEDS, ([csv_field(r[c]) for c in SEEDS] for r in seeds))
+    except (OSError, ValueError, KeyError) as e:
+        print(f"lr_transfer: error: {e}", file=sys.stderr)
+        return 2
+    print(f"lr_transfer: wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

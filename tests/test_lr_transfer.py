@@ -1,0 +1,85 @@
+"""analysis.transfer and scripts.lr_transfer: the best LR between grid points, its shift per doubling of the width,
+and the CSVs, on LR studies made up here with known answers."""
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+from analysis.lrs import Cell, SeedGrid
+from analysis.transfer import best_lr, transfers
+from scripts import lr_transfer
+from tests.helpers.csvs import read_csv
+
+GRID = [2.0**k for k in range(-12, -5)]  # 2^-12 ... 2^-6, a factor 2 apart
+INIT = 4.0
+
+
+def _losses(best_log2: float) -> list[float]:
+    """A loss bowl in log2(LR) with its minimum at ``best_log2``: 1 + 0.1 (log2 lr - best)^2."""
+    return [1.0 + 0.1 * (math.log2(lr) - best_log2) ** 2 for lr in GRID]
+
+
+def _seed(losses: list[float]) -> SeedGrid:
+    return SeedGrid(0, INIT, [Cell(lr, None, "finished", v, min(v, INIT)) for lr, v in zip(GRID, losses, strict=True)])
+
+
+@pytest.mark.parametrize("best", [-9.0, -9.3, -8.55, -10.9])
+def test_the_best_lr_is_the_bowl_s_minimum_between_grid_points(best: float) -> None:
+    found = best_lr(_seed(_losses(best)), GRID)
+    assert found is not None and not found.at_edge and found.log2_lr == pytest.approx(best, abs=1e-12)
+
+
+def test_an_argmin_on_the_grid_s_edge_is_that_edge_and_says_so_and_no_learning_has_none() -> None:
+    low = best_lr(_seed(_losses(-14.0)), GRID)
+    assert low is not None and low.at_edge and low.log2_lr == -12.0
+    assert best_lr(_seed([INIT + 1.0] * len(GRID)), GRID) is None  # every loss above l0: did not learn
+
+
+def _cells(path: Path, shift: dict[str, float], seeds: int = 3) -> Path:
+    """A report's lr_sensitivity.csv: pre-LN and post-LN under sp and mup at widths 64, 128, 256, each seed's best LR
+    at 2^(-9 + shift * log2(width / 64) + seed / 10), ``shift`` by parametrization."""
+    rows = []
+    for param, s in shift.items():
+        for placement in ("pre", "post"):
+            for width in (64, 128, 256):
+                label = f"model.d_model={width} model.d_ff={4 * width} model.parametrization={param} norm.placement={placement}"
+                for seed in range(seeds):
+                    best = -9 + s * math.log2(width / 64) + seed / 10
+                    for lr, loss in zip(GRID, _losses(best), strict=True):
+                        rows.append([label, seed, repr(lr), repr(loss), INIT, repr(loss), "finished", ""])
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit"])
+        writer.writerows(rows)
+    return path
+
+
+def test_the_shift_per_doubling_is_the_slope_of_log2_best_lr_over_log2_width(tmp_path: Path) -> None:
+    rows = read_csv(_cells(tmp_path / "cells.csv", {"sp": -1.0, "mup": 0.0}))
+    found = {t.name: t for t in transfers(rows, "width")}
+    assert len(found) == 4
+    for name, t in found.items():
+        assert t.points == [64, 128, 256]
+        want = -1.0 if "parametrization=sp" in name else 0.0
+        assert t.shifts == pytest.approx({0: want, 1: want, 2: want}, abs=1e-12)
+    with pytest.raises(ValueError, match="has no model.n_enc_layers: the study does not vary the depth"):
+        transfers(rows, "depth")
+
+
+def test_the_command_writes_both_csvs_named_by_preset_with_intervals(tmp_path: Path) -> None:
+    cells = _cells(tmp_path / "cells.csv", {"sp": -0.5, "mup": 0.25})
+    out = tmp_path / "out" / "transfer.csv"
+    assert lr_transfer.main([str(cells), "--axis", "width", "--out", str(out), "--by-preset"]) == 0
+    summary = {r["family"]: r for r in read_csv(out)}
+    assert sorted(summary) == ["post_ln mup", "post_ln sp", "pre_ln mup", "pre_ln sp"]
+    row = summary["pre_ln sp"]
+    assert row["n"] == "3" and float(row["shift_mean"]) == pytest.approx(-0.5, abs=1e-12) and row["seeds_at_edge"] == ""
+    assert float(row["ci95_lo"]) == pytest.approx(-0.5, abs=1e-9) == float(row["ci95_hi"])  # every seed shifts alike
+    best = dict(pair.split("=") for pair in row["best_lr"].split())
+    assert float(best["256"]) == pytest.approx(2 ** (-9 - 1 + 0.1), rel=1e-9)  # mean over seeds of -9 - 1 + seed / 10
+    seeds = read_csv(out.with_name("transfer_seeds.csv"))
+    assert [(r["family"], r["seed"]) for r in seeds[:3]] == [("pre_ln sp", "0"), ("pre_ln sp", "1"), ("pre_ln sp", "2")]
+    assert [float(r["abs_shift"]) for r in seeds if r["family"] == "post_ln mup"] == pytest.approx([0.25] * 3, abs=1e-12)
+    assert lr_transfer.main([str(cells), "--axis", "depth", "--out", str(out)]) == 2
