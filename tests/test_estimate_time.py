@@ -137,6 +137,19 @@ def test_the_gpu_presets_headers_state_what_the_tool_prints(preset):
         assert f"{per_run[0]} per run, {total[2]} for all {total[1]}," in header
 
 
+@pytest.mark.slow  # 20 and 12 models counted (about 1 min)
+@pytest.mark.parametrize(("preset", "axis"), [("width_transfer_gpu", "width"), ("depth_transfer_gpu", "depth")])
+def test_the_transfer_gpu_presets_state_the_range_of_per_run_times_and_the_total_the_tool_prints(preset, axis):
+    # one row per width (depth), the narrowest (shallowest) first: each row's per-run time, then the total
+    printed = est.table(est.estimate([f"+experiment={preset}"]), est.DEFAULT_GPU, est.DEFAULT_MFU)
+    total = re.search(r"all (\d+) runs: ([\d.]+ \w+) on one H200", printed)
+    per_run = re.findall(r"\| ([\d.]+ \w+) \| [\d.]+ \w+ \|\n", printed)
+    points = re.findall(rf"{axis}=[dl](\d+);", printed)
+    header = " ".join((ROOT / "conf" / "experiment" / f"{preset}.yaml").read_text().replace("#", " ").split())
+    stated = f"{per_run[0]} ({axis} {points[0]}) to {per_run[-1]} ({axis} {points[-1]}) per run, {total[2]} for all {total[1]}"
+    assert "MFU 0.15 (assumed)" in header and stated in header
+
+
 @pytest.mark.parametrize("hc", ["dynamic", "mhc"])
 def test_hyper_connections_count_on_the_meta_device_as_on_the_cpu(hc):
     # mHC's float32 region is torch.autocast, which the meta device does not have: it raised ("unsupported scalarType")
