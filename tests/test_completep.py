@@ -18,9 +18,9 @@ from model.parametrization import COMPLETEP_PLACEMENTS, UNRULED_KINDS
 from model.residual import Sublayer
 from model.transformer import EncoderDecoder
 from tests.helpers.config import make_cfg
+from tests.helpers.parametrization import NORM_PRESETS, norm_of, step, vocab
 from tests.helpers.resume import EXACT, losses, stop_by_sigterm
 from tests.reference.completep import CASES
-from tests.test_parametrization import NORM_PRESETS, _norm, _step, _vocab
 from training.checkpoint import load_checkpoint
 from training.muon_config import MuonConfig
 from training.optim import build_optimizer
@@ -33,7 +33,7 @@ BASE_WIDTH, BASE_DEPTH = 64, 2
 def _completep(m: float, m_depth: float, **kw) -> ModelConfig:
     d_model, layers = int(BASE_WIDTH * m), int(BASE_DEPTH * m_depth)
     depth = {"n_enc_layers": layers, "n_dec_layers": layers}
-    return _vocab(d_model=d_model, d_ff=4 * d_model, **depth, parametrization="completep", base_d_model=BASE_WIDTH, **kw)
+    return vocab(d_model=d_model, d_ff=4 * d_model, **depth, parametrization="completep", base_d_model=BASE_WIDTH, **kw)
 
 
 def _role(model: EncoderDecoder, p: torch.nn.Parameter, in_blocks: set[int]) -> str:
@@ -73,7 +73,7 @@ def test_the_blocks_get_the_official_code_s_factors_and_the_rest_the_stated_diff
 
 
 def test_each_stack_has_its_own_depth_multiplier() -> None:
-    cfg = _vocab(n_enc_layers=6, n_dec_layers=2, parametrization="completep", base_d_model=64, base_depth=2)
+    cfg = vocab(n_enc_layers=6, n_dec_layers=2, parametrization="completep", base_d_model=64, base_depth=2)
     model = EncoderDecoder(cfg)
     assert (cfg.depth_mult("enc"), cfg.depth_mult("dec"), cfg.width_mult) == (3.0, 1.0, 2.0)
     assert {s.branch_scale for s in model.encoder.modules() if isinstance(s, Sublayer)} == {1 / 3}
@@ -88,9 +88,9 @@ def test_each_stack_has_its_own_depth_multiplier() -> None:
 def test_a_deeper_model_s_branches_add_one_over_m_l_of_what_sp_s_add() -> None:
     # the same weights under sp and completep at 2x the base depth: each block's update to the stream is halved
     kw = {"n_enc_layers": 4, "n_dec_layers": 4, "base_d_model": 128, "base_depth": 2}
-    sp_sub = EncoderDecoder(_vocab(n_enc_layers=4, n_dec_layers=4)).encoder[1].ffn
+    sp_sub = EncoderDecoder(vocab(n_enc_layers=4, n_dec_layers=4)).encoder[1].ffn
     torch.manual_seed(0)
-    deep = EncoderDecoder(_vocab(parametrization="completep", **kw)).encoder[1].ffn
+    deep = EncoderDecoder(vocab(parametrization="completep", **kw)).encoder[1].ffn
     sp_sub.load_state_dict(deep.state_dict())
     h = deep.normalize_in(torch.randn(2, 5, 128), None)
     assert torch.equal(deep.update(h, (), None), sp_sub.update(h, (), None) / 2)  # what Residual adds to x
@@ -98,7 +98,7 @@ def test_a_deeper_model_s_branches_add_one_over_m_l_of_what_sp_s_add() -> None:
 
 @pytest.mark.parametrize("case", NORM_PRESETS + list(NORM_KINDS))
 def test_completep_at_its_base_is_sp_bit_for_bit_and_at_twice_the_depth_halves_every_branch(case: str) -> None:
-    small = {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_enc_layers": 2, "n_dec_layers": 2, "norm": _norm(case)}
+    small = {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_enc_layers": 2, "n_dec_layers": 2, "norm": norm_of(case)}
     base = {"parametrization": "completep", "base_d_model": 32, "base_depth": 2}
     deep = {**small, **base, "n_enc_layers": 4, "n_dec_layers": 4}
     norm = small["norm"]
@@ -111,15 +111,15 @@ def test_completep_at_its_base_is_sp_bit_for_bit_and_at_twice_the_depth_halves_e
     refused = refused or ("norm.gpas=true" if any(s.gpas for s in specs) else None)
     if refused:  # in one line, naming it
         with pytest.raises(ValueError, match=f"model.parametrization=completep has no rule for {refused}"):
-            _vocab(**deep)
+            vocab(**deep)
         return
-    sp_logits, sp_weights = _step(_vocab(**small))
-    cp_logits, cp_weights = _step(_vocab(**small, **base))
+    sp_logits, sp_weights = step(vocab(**small))
+    cp_logits, cp_weights = step(vocab(**small, **base))
     assert torch.equal(sp_logits, cp_logits)
     assert sp_weights.keys() == cp_weights.keys() and all(torch.equal(sp_weights[k], cp_weights[k]) for k in sp_weights)
-    logits, weights = _step(_vocab(**deep))
+    logits, weights = step(vocab(**deep))
     assert torch.isfinite(logits).all() and all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point())
-    model = EncoderDecoder(_vocab(**deep))
+    model = EncoderDecoder(vocab(**deep))
     assert {s.branch_scale for s in model.modules() if isinstance(s, Sublayer)} == {0.5}
 
 
@@ -142,11 +142,11 @@ def test_completep_at_its_base_is_sp_bit_for_bit_and_at_twice_the_depth_halves_e
 )
 def test_a_config_completep_cannot_take_is_refused_naming_the_value(kw: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
-        _vocab(**{"parametrization": "completep", **kw})
+        vocab(**{"parametrization": "completep", **kw})
 
 
 def test_muon_is_refused_beside_completep() -> None:
-    model = EncoderDecoder(_vocab(parametrization="completep", base_d_model=64, base_depth=3))
+    model = EncoderDecoder(vocab(parametrization="completep", base_d_model=64, base_depth=3))
     with pytest.raises(ValueError, match="model.parametrization=completep scales Adam's LR per parameter"):
         build_optimizer(model, default_optim(lr=1e-3, muon=MuonConfig()))
 
@@ -170,9 +170,9 @@ def test_docs_name_the_presets_that_compose_with_completep() -> None:
     assert listed is not None
     composing = set()
     for case in NORM_PRESETS:
-        small = {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_enc_layers": 4, "n_dec_layers": 4, "norm": _norm(case)}
+        small = {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_enc_layers": 4, "n_dec_layers": 4, "norm": norm_of(case)}
         try:
-            _vocab(**small, parametrization="completep", base_d_model=32, base_depth=2)
+            vocab(**small, parametrization="completep", base_d_model=32, base_depth=2)
         except ValueError:
             continue
         composing.add(case.removeprefix("norm="))

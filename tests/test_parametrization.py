@@ -10,12 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.config import ModelConfig
-from model.kinds import BATCH_READING_KINDS, NORM_KINDS
+from model.kinds import NORM_KINDS
 from model.norm_config import NormConfig
 from model.parametrization import UNRULED_KINDS
 from model.transformer import EncoderDecoder
-from tests.helpers.config import compose_conf, model_config, presets
+from tests.helpers.parametrization import NORM_PRESETS, norm_of, step, vocab
 from tests.reference.mup import CASES
 from training.muon_config import MuonConfig
 from training.mup import lr_factors
@@ -53,36 +52,9 @@ def test_hidden_matrices_get_muadamw_s_factors_and_only_the_embeddings_differ_fr
     assert hidden == attentions * (4 + (cfg.attn_gate is not None)) + 2 * (cfg.n_enc_layers + cfg.n_dec_layers)
 
 
-def _vocab(**kw) -> ModelConfig:
-    return ModelConfig(src_vocab=30, tgt_vocab=40, **kw)
-
-
-def _step(cfg: ModelConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The logits of a fixed batch, and the weights after one AdamW step on it, of ``cfg``'s model seeded 0."""
-    torch.manual_seed(0)
-    model = EncoderDecoder(cfg)
-    src, tgt = torch.randint(1, 30, (3, 7)), torch.randint(1, 40, (3, 6))
-    logits = model(src, tgt)
-    opt = build_optimizer(model, default_optim(lr=1e-2, weight_decay=0.1))
-    F.cross_entropy(logits.flatten(0, 1), tgt.flatten()).backward()
-    opt.step()
-    return logits.detach(), {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-NORM_PRESETS = [p for p in presets() if p.startswith("norm=")]
-
-
-def _norm(case: str) -> NormConfig:
-    """A norm preset's ``norm`` (``norm=olmo2``), or ``norm.kind=K`` on the default one."""
-    overrides = [case] if case.startswith("norm=") else [f"norm.kind={case}"]
-    if case in BATCH_READING_KINDS:  # their decoder blocks read the batch only where the user allows it
-        overrides.append("norm.decoder_batch_stats=true")
-    return model_config(compose_conf("model=tiny", *overrides), 30, 40).norm
-
-
 @pytest.mark.parametrize("case", NORM_PRESETS + list(NORM_KINDS))
 def test_mup_at_its_base_width_is_sp_bit_for_bit_and_composes_with_the_norm_at_twice_it(case: str) -> None:
-    small = {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_enc_layers": 2, "n_dec_layers": 2, "norm": _norm(case)}
+    small = {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_enc_layers": 2, "n_dec_layers": 2, "norm": norm_of(case)}
     wide = {**small, "d_model": 64, "d_ff": 128, "parametrization": "mup", "base_d_model": 32}
     norm = small["norm"]
     kinds = {s.kind for s in (norm.spec(stack, i, 2) for stack in ("enc", "dec") for i in range(2))}
@@ -90,16 +62,16 @@ def test_mup_at_its_base_width_is_sp_bit_for_bit_and_composes_with_the_norm_at_t
     refused = refused or ("norm.learned_embed_scale=true" if norm.learned_embed_scale else None)
     if refused:  # what muP's rules do not cover: refused in one line, naming it
         with pytest.raises(ValueError, match=f"model.parametrization=mup has no rule for {refused}"):
-            _vocab(**wide)
+            vocab(**wide)
         return
-    sp_logits, sp_weights = _step(_vocab(**small))
-    mup_logits, mup_weights = _step(_vocab(**small, parametrization="mup", base_d_model=32))
+    sp_logits, sp_weights = step(vocab(**small))
+    mup_logits, mup_weights = step(vocab(**small, parametrization="mup", base_d_model=32))
     assert torch.equal(sp_logits, mup_logits)
     assert sp_weights.keys() == mup_weights.keys() and all(torch.equal(sp_weights[k], mup_weights[k]) for k in sp_weights)
     # at twice the base width: it builds, trains a step to finite weights, and every hidden matrix gets 1 / m
-    logits, weights = _step(_vocab(**wide))
+    logits, weights = step(vocab(**wide))
     assert torch.isfinite(logits).all() and all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point())
-    model = EncoderDecoder(_vocab(**wide))
+    model = EncoderDecoder(vocab(**wide))
     factors = lr_factors(model)
     for module in model.modules():
         for linear in getattr(module, "linear_roles", dict)().values():
@@ -109,7 +81,7 @@ def test_mup_at_its_base_width_is_sp_bit_for_bit_and_composes_with_the_norm_at_t
 
 
 def test_the_attention_logits_are_q_k_over_k_times_sqrt_k0_and_cosine_logits_keep_theirs() -> None:
-    model = EncoderDecoder(_vocab(d_model=256, d_ff=1024, parametrization="mup", base_d_model=64))  # m 4, K 64, K_0 16
+    model = EncoderDecoder(vocab(d_model=256, d_ff=1024, parametrization="mup", base_d_model=64))  # m 4, K 64, K_0 16
     attn = model.encoder[0].self_attn.branch
     assert attn.logit_scale == 0.5  # sqrt(K_0 / K)
     x = torch.randn(2, 5, 256)
@@ -118,13 +90,13 @@ def test_the_attention_logits_are_q_k_over_k_times_sqrt_k0_and_cosine_logits_kee
     weights = torch.softmax(q @ k.transpose(-1, -2) * math.sqrt(16) / 64, dim=-1)  # q.k sqrt(K_0) / K
     expected = attn.out_proj((weights @ v).transpose(1, 2).reshape(B, T, D))
     torch.testing.assert_close(attn(x), expected)
-    l2 = EncoderDecoder(_vocab(d_model=256, d_ff=1024, norm=NormConfig(qk="l2"), parametrization="mup", base_d_model=64))
+    l2 = EncoderDecoder(vocab(d_model=256, d_ff=1024, norm=NormConfig(qk="l2"), parametrization="mup", base_d_model=64))
     assert l2.encoder[0].self_attn.branch.logit_scale == 1.0
 
 
 def test_the_output_logits_get_one_over_sqrt_m_and_learned_positions_the_base_std() -> None:
     torch.manual_seed(0)
-    cfg = _vocab(d_model=256, d_ff=1024, positions="learned", parametrization="mup", base_d_model=64)
+    cfg = vocab(d_model=256, d_ff=1024, positions="learned", parametrization="mup", base_d_model=64)
     model = EncoderDecoder(cfg)
     raw = []
     model.output.register_forward_hook(lambda _m, _i, out: raw.append(out))
@@ -151,11 +123,11 @@ def test_the_output_logits_get_one_over_sqrt_m_and_learned_positions_the_base_st
 )
 def test_a_config_muP_cannot_take_is_refused_naming_the_value(kw: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        _vocab(**kw)
+        vocab(**kw)
 
 
 def test_muon_is_refused_beside_mup() -> None:
-    model = EncoderDecoder(_vocab(parametrization="mup", base_d_model=64))
+    model = EncoderDecoder(vocab(parametrization="mup", base_d_model=64))
     with pytest.raises(ValueError, match="model.parametrization=mup scales Adam's LR per parameter"):
         build_optimizer(model, default_optim(lr=1e-3, muon=MuonConfig()))
 
@@ -164,7 +136,7 @@ def test_normlab_s_readout_trains_as_mup_s_muReadout() -> None:
     # mup's MuReadout: W' = sqrt(m) W at init, logits W' h / m, W' at Adam's plain lr and decay. normlab's: W, logits
     # W h / sqrt(m), lr / sqrt(m), decay * sqrt(m). The same function, and Adam (scale-free but for eps) takes the same
     # steps in W', so after a few steps the two models' logits agree.
-    cfg = _vocab(d_model=256, d_ff=1024, tie_embeddings=False, parametrization="mup", base_d_model=64)
+    cfg = vocab(d_model=256, d_ff=1024, tie_embeddings=False, parametrization="mup", base_d_model=64)
     m = cfg.width_mult
     torch.manual_seed(0)
     ours = EncoderDecoder(cfg)
@@ -196,7 +168,7 @@ def test_the_logged_lr_is_optim_lr_s_schedule_whatever_factor_the_first_group_ca
     peak, warmup = 2e-3, 4
     lrs = {}
     for kw in ({}, {"parametrization": "mup", "base_d_model": 64}):
-        opt = build_optimizer(EncoderDecoder(_vocab(**kw)), default_optim(lr=peak))
+        opt = build_optimizer(EncoderDecoder(vocab(**kw)), default_optim(lr=peak))
         sched = build_scheduler(opt, peak, ScheduleConfig(warmup, "linear"), 20)
         lrs[bool(kw)] = []
         for _ in range(6):
@@ -208,7 +180,7 @@ def test_the_logged_lr_is_optim_lr_s_schedule_whatever_factor_the_first_group_ca
 
 
 def test_a_model_narrower_than_its_base_takes_the_same_rules() -> None:
-    model = EncoderDecoder(_vocab(d_model=64, d_ff=256, parametrization="mup", base_d_model=128))  # m = 1/2
+    model = EncoderDecoder(vocab(d_model=64, d_ff=256, parametrization="mup", base_d_model=128))  # m = 1/2
     factors = lr_factors(model)
     assert factors[id(model.encoder[0].ffn.branch.linear1.weight)] == 2.0
     assert factors[id(model.tgt_embed.tokens.weight)] == pytest.approx(math.sqrt(2))
