@@ -12,6 +12,9 @@ import torch.nn.functional as F
 # Softpick's eps, the official code's default (zaydzuhri/softpick-attention, naive_softpick_attn.py): it only matters
 # when every |exp(x) - 1| of a row is 0.
 SOFTPICK_EPS = 1e-8
+# The least row maximum m softpick scales by: exp(-m) overflows float32 (and bfloat16) below m = -88.72, and the
+# official code's backward is then NaN (0 * inf) though every weight of the row is 0 (``softpick``'s docstring).
+SOFTPICK_MIN_SHIFT = -80.0
 
 
 def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
@@ -41,10 +44,17 @@ def softpick(logit: torch.Tensor, eps: float = SOFTPICK_EPS) -> torch.Tensor:
     """The rectified softmax ``relu(exp(x_s) - 1) / sum_s' |exp(x_s') - 1|`` over the keys a query sees (Zuhri et
     al. 2025, "Softpick: No Attention Sinks, No Massive Activations with Rectified Softmax", arXiv 2504.20966).
     Computed as the official code does (zaydzuhri/softpick-attention, ``softpick``): numerator and denominator times
-    exp(-m), m the row's largest logit, so exp never overflows, and ``eps`` added to the scaled denominator. A
-    weight is 0 where x <= 0; a row's weights sum to at most 1, to 0 when every logit is <= 0."""
+    exp(-m), m the row's largest logit, so exp(x - m) never overflows, and ``eps`` added to the scaled denominator. A
+    weight is 0 where x <= 0; a row's weights sum to at most 1, to 0 when every logit is <= 0.
+
+    One difference: m is at least ``SOFTPICK_MIN_SHIFT`` (-80). Where the row's largest logit is below -88.72,
+    exp(-m) overflows float32 and the official code's gradient is NaN (0 * inf through m), which trained weights turn
+    into NaN; such a row's weights are all 0 and their gradient is 0, which the floor gives. Every other row is
+    computed exactly as before (m unchanged above -80; between -88.72 and -80 the weights and gradients are 0 both
+    ways), so only a run that met such a row trains differently (``tests/test_attention_controls.py``)."""
     seen = torch.isfinite(logit)
     m = logit.amax(-1, keepdim=True)  # (B, H, T, 1)
     m = torch.where(torch.isfinite(m), m, 0.0)  # a query that sees no key: any finite m gives it zeros
+    m = m.clamp_min(SOFTPICK_MIN_SHIFT)
     shifted = torch.exp(logit - m) - torch.exp(-m)  # (exp(x) - 1) * exp(-m); -exp(-m) at a hidden key
     return F.relu(shifted) / (torch.where(seen, shifted.abs(), 0.0).sum(-1, keepdim=True) + eps)

@@ -86,6 +86,22 @@ def test_softpick_equals_the_official_function_and_gives_zeros_where_it_gives_na
     assert theirs[~seen].isnan().all() and torch.equal(mine[~seen], torch.zeros_like(mine[~seen]))
 
 
+@pytest.mark.parametrize("top", [-50.0, -85.0, -89.0, -1000.0])
+def test_softpick_s_gradient_is_finite_where_the_official_one_is_nan_and_equal_elsewhere(top):
+    # a row whose largest logit is below -88.72: exp(-m) overflows float32, and the official code's backward is NaN
+    # (at lr >= 0.03 this is what made every softpick run of finding (j) diverge at its commit); ours is 0, the true one
+    rows = torch.tensor([[top, top - 5.0, top - 20.0], [1.0, -2.0, 0.5]])
+    grads = []
+    for fn in (softpick, official_softpick):
+        x = rows.clone().requires_grad_(True)
+        (fn(x) * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+        grads.append(x.grad)
+    mine, theirs = grads
+    assert torch.equal(softpick(rows), official_softpick(rows))  # the weights: 0 for the low row, the same elsewhere
+    assert torch.equal(mine[0], torch.zeros(3)) and torch.equal(mine[1], theirs[1])
+    assert theirs[0].isnan().any() == (top < -88.72)
+
+
 def test_the_sink_takes_its_share_of_the_softmax():
     # two keys at logit 0 and a sink at 0: a third each; a sink at -inf: the plain softmax
     x = torch.zeros(1, 2, 1, 2)
