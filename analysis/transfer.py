@@ -111,7 +111,7 @@ def transfers(rows: Iterable[dict[str, str]], axis: str, name_of: dict[str, str]
         pairs = label_pairs(stored_label(family.label))
         if keys[0] not in pairs:
             raise ValueError(f"family {family.label!r} has no {keys[0]}: the study does not vary the {axis}")
-        rest = " ".join(f"{k}={v}" for k, v in pairs.items() if k not in keys)
+        rest = _without(pairs, keys)
         name = (name_of or {}).get(rest, rest)
         point = int(pairs[keys[0]])
         transfer = out.setdefault(name, Transfer(name, [], {}))
@@ -146,6 +146,10 @@ def preset_names(labels: Iterable[str]) -> dict[str, str]:
 
 def stripped_labels(rows: Iterable[dict[str, str]], axis: str) -> list[str]:
     """The families' labels of ``rows`` without ``axis``' keys, as :func:`transfers` names them."""
-    keys = AXES[axis]
     labels = dict.fromkeys(row["family"] for row in rows)
-    return [" ".join(f"{k}={v}" for k, v in label_pairs(stored_label(lb)).items() if k not in keys) for lb in labels]
+    return [_without(label_pairs(stored_label(label)), AXES[axis]) for label in labels]
+
+
+def _without(pairs: dict[str, str], keys: tuple[str, ...]) -> str:
+    """The label of ``pairs`` (``key=value``, space-separated) without ``keys``: a family across the axis."""
+    return " ".join(f"{k}={v}" for k, v in pairs.items() if k not in keys)
