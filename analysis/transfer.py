@@ -80,7 +80,8 @@ class Transfer:
 
     def summary(self) -> dict[str, object]:
         """The family's row: n, mean shift, its 95 % interval, the mean best LR per point, seeds at an edge."""
-        values = list(self.shifts.values())
+        shifts = self.shifts  # a regression per seed: computed once
+        values = list(shifts.values())
         mean, _ = mean_stderr(values)
         ci = t_interval(values)
         at_edge = sorted(str(s) for s, at in self.best.items() if any(b is not None and b.at_edge for b in at.values()))
@@ -91,7 +92,7 @@ class Transfer:
             "shift_mean": mean,
             "ci95_lo": ci[0] if ci else None,
             "ci95_hi": ci[1] if ci else None,
-            "per_seed_shift": " ".join(f"{s}={v!r}" for s, v in self.shifts.items()),
+            "per_seed_shift": " ".join(f"{s}={v!r}" for s, v in shifts.items()),
             "best_lr": " ".join(f"{p}={2 ** (sum(v) / len(v))!r}" for p, v in best.items() if v),
             "seeds_at_edge": " ".join(at_edge),
         }
