@@ -127,17 +127,25 @@ def seed_rows(transfer: Transfer) -> list[dict[str, object]]:
     return [{"family": transfer.name, "seed": s, "shift": v, "abs_shift": abs(v)} for s, v in transfer.shifts.items()]
 
 
-def preset_names(labels: Iterable[str]) -> dict[str, str]:
+def preset_names(labels: Iterable[str], norm: str | None = None) -> dict[str, str]:
     """Each family label without the axis keys -> its presets' name and parametrization (``pre_ln mup``; the
-    preset's alone where the label has no ``model.parametrization``: the study does not vary it).
+    preset's alone where the label has no ``model.parametrization``: the study does not vary it). A label holds only
+    the keys a study varies, so a study of one norm preset has no ``norm.*`` key in any label: ``norm`` (a preset's
+    name) names those, and only those.
 
     Raises:
-        ValueError: a label names no single preset (``analysis.presets.study_name``), or two labels one name."""
+        ValueError: a label names no single preset (``analysis.presets.study_name``), a label without ``norm.*``
+            keys and no ``norm``, or two labels one name."""
     names: dict[str, str] = {}
     for label in dict.fromkeys(labels):
-        if (preset := study_name(label)) is None:
+        pairs = label_pairs(label) if label else {}  # '': the study varies nothing but the axis
+        if not any(k.startswith("norm.") for k in pairs):
+            if norm is None:
+                raise ValueError(f"family {label!r} holds no norm.* key: the study ran one norm preset; name it (--norm)")
+            preset: str | None = norm
+        elif (preset := study_name(label)) is None:
             raise ValueError(f"family {label!r} names no single norm preset (none or several fit its keys)")
-        param = label_pairs(label).get("model.parametrization")
+        param = pairs.get("model.parametrization")
         name = preset if param is None else f"{preset} {param}"
         if name in names.values():
             raise ValueError(f"families {label!r} and {next(k for k, v in names.items() if v == name)!r} are both {name}")

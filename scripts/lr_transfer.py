@@ -1,11 +1,12 @@
 """Does the best LR transfer across width or depth? Per family, the best LR at each width (depth) and its shift per
 doubling, with a 95 % interval over the seeds (``analysis.transfer``: definitions and formulas).
 
-    python -m scripts.lr_transfer CELLS_CSV --axis width --out TRANSFER_CSV [--by-preset]
+    python -m scripts.lr_transfer CELLS_CSV --axis width --out TRANSFER_CSV [--by-preset [--norm PRESET]]
 
 CELLS_CSV is the report's ``lr_sensitivity.csv`` of one LR study run at several widths (``model.d_model`` and
 ``model.d_ff``, the axis keys ``width`` leaves out of a family's label) or depths (``depth``: ``model.n_enc_layers``,
-``model.n_dec_layers``); ``--by-preset`` names each family by its norm preset and parametrization (``pre_ln mup``).
+``model.n_dec_layers``); ``--by-preset`` names each family by its norm preset and parametrization (``pre_ln mup``),
+and ``--norm`` the preset of a study that ran only one (its labels hold no ``norm.*`` key).
 Written with the ``csv`` module (empty field: no value; floats at full precision):
 
 - TRANSFER_CSV: one row per family: ``family, n`` (seeds with a shift), ``shift_mean, ci95_lo, ci95_hi`` (log2 of the
@@ -13,7 +14,8 @@ Written with the ``csv`` module (empty field: no value; floats at full precision
   over seeds of log2 best LR), ``seeds_at_edge`` (seeds whose best LR sat on the grid's edge at some point);
 - ``transfer_seeds.csv`` beside it: ``family, seed, shift, abs_shift``, what a claim compares by seed.
 
-Exit status 2 with one line on a bad axis, a study that does not vary it, an unnamed family or an unwritable path.
+Exit status 2 with one line on a bad axis, a study that does not vary it, an unnamed family (a label without ``norm.*``
+keys and no ``--norm``) or an unwritable path.
 """
 
 import argparse
@@ -22,6 +24,7 @@ import sys
 from pathlib import Path
 
 from analysis.csvs import csv_field, output_dir, write_csv
+from analysis.presets import preset_names as all_presets
 from analysis.transfer import AXES, preset_names, seed_rows, stripped_labels, transfers
 
 SUMMARY = ("family", "n", "shift_mean", "ci95_lo", "ci95_hi", "per_seed_shift", "best_lr", "seeds_at_edge")
@@ -34,11 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--axis", required=True, choices=sorted(AXES))
     parser.add_argument("--out", type=Path, required=True, help="the summary CSV (transfer_seeds.csv goes beside it)")
     parser.add_argument("--by-preset", action="store_true", help="name each family by its presets (pre_ln mup)")
+    parser.add_argument("--norm", choices=all_presets(), help="the norm preset of a study that ran only one (--by-preset)")
     args = parser.parse_args(argv)
+    if args.norm and not args.by_preset:
+        parser.error("--norm names the families only with --by-preset")
     try:
         with args.cells.open(newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
-        names = preset_names(stripped_labels(rows, args.axis)) if args.by_preset else None
+        names = preset_names(stripped_labels(rows, args.axis), args.norm) if args.by_preset else None
         found = transfers(rows, args.axis, names)
         output_dir(args.out.parent)
         summaries = [t.summary() for t in found]

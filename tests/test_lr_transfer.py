@@ -83,3 +83,39 @@ def test_the_command_writes_both_csvs_named_by_preset_with_intervals(tmp_path: P
     assert [(r["family"], r["seed"]) for r in seeds[:3]] == [("pre_ln sp", "0"), ("pre_ln sp", "1"), ("pre_ln sp", "2")]
     assert [float(r["abs_shift"]) for r in seeds if r["family"] == "post_ln mup"] == pytest.approx([0.25] * 3, abs=1e-12)
     assert lr_transfer.main([str(cells), "--axis", "depth", "--out", str(out)]) == 2
+
+
+def _depth_cells(path: Path, labels: dict[str, float]) -> Path:
+    """A report's lr_sensitivity.csv of a study across depth 2, 4, 8 with one seed per family label, each label's
+    best LR at 2^(-9 + shift * log2(depth / 2))."""
+    rows = []
+    for label, shift in labels.items():
+        for depth in (2, 4, 8):
+            full = f"{label} model.n_dec_layers={depth} model.n_enc_layers={depth}".strip()
+            for lr, loss in zip(GRID, _losses(-9 + shift * math.log2(depth / 2)), strict=True):
+                rows.append([full, 0, repr(lr), repr(loss), INIT, repr(loss), "finished", ""])
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["family", "seed", "lr", "final_val_loss", "init_loss", "capped_loss", "state", "max_attn_logit"])
+        writer.writerows(rows)
+    return path
+
+
+def test_a_study_of_one_norm_preset_is_named_by_norm_and_refused_without_it(tmp_path: Path, capsys) -> None:
+    # the depth study runs pre_ln alone, so its labels hold no norm.* key (one sweep's alone: none at all)
+    both = _depth_cells(
+        tmp_path / "both.csv", {"model.parametrization=sp": -1.0, "model.base_depth=2 model.parametrization=completep": 0.0}
+    )
+    out = tmp_path / "transfer.csv"
+    assert lr_transfer.main([str(both), "--axis", "depth", "--out", str(out), "--by-preset"]) == 2
+    assert "holds no norm.* key: the study ran one norm preset; name it (--norm)" in capsys.readouterr().err
+    assert lr_transfer.main([str(both), "--axis", "depth", "--out", str(out), "--by-preset", "--norm", "pre_ln"]) == 0
+    shifts = {r["family"]: float(r["shift_mean"]) for r in read_csv(out)}
+    assert shifts == pytest.approx({"pre_ln sp": -1.0, "pre_ln completep": 0.0}, abs=1e-12)
+    alone = _depth_cells(tmp_path / "alone.csv", {"": -0.5})
+    assert lr_transfer.main([str(alone), "--axis", "depth", "--out", str(out), "--by-preset", "--norm", "post_ln"]) == 0
+    assert [(r["family"], float(r["shift_mean"])) for r in read_csv(out)] == [("post_ln", pytest.approx(-0.5, abs=1e-12))]
+    with pytest.raises(SystemExit):  # --norm without --by-preset, and a preset that does not exist
+        lr_transfer.main([str(both), "--axis", "depth", "--out", str(out), "--norm", "pre_ln"])
+    with pytest.raises(SystemExit):
+        lr_transfer.main([str(both), "--axis", "depth", "--out", str(out), "--by-preset", "--norm", "pre_lm"])
