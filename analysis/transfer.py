@@ -79,13 +79,12 @@ class Transfer:
         return out
 
     def summary(self) -> dict[str, object]:
-        """The family's row: n, mean shift, its 95 % interval, the mean best LR per point, seeds at an edge."""
+        """The family's row: n, mean shift, its 95 % interval, the shift per seed, the seeds at an edge."""
         shifts = self.shifts  # a regression per seed: computed once
         values = list(shifts.values())
         mean, _ = mean_stderr(values)
         ci = t_interval(values)
         at_edge = sorted(str(s) for s, at in self.best.items() if any(b is not None and b.at_edge for b in at.values()))
-        best = {p: [b.log2_lr for at in self.best.values() if (b := at.get(p)) is not None] for p in self.points}
         return {
             "family": self.name,
             "n": len(values),
@@ -93,9 +92,21 @@ class Transfer:
             "ci95_lo": ci[0] if ci else None,
             "ci95_hi": ci[1] if ci else None,
             "per_seed_shift": " ".join(f"{s}={v!r}" for s, v in shifts.items()),
-            "best_lr": " ".join(f"{p}={2 ** (sum(v) / len(v))!r}" for p, v in best.items() if v),
             "seeds_at_edge": " ".join(at_edge),
         }
+
+    def point_rows(self) -> list[dict[str, object]]:
+        """One row per point of the axis: the seeds with a best LR there (``n``), ``best_lr`` (2 to the mean over them
+        of log2 best LR: a geometric mean) and ``at_edge``, how many of them sat on the grid's edge."""
+        rows = []
+        for p in self.points:
+            found = [b for at in self.best.values() if (b := at.get(p)) is not None]
+            log2 = sum(b.log2_lr for b in found) / len(found) if found else None
+            best = None if log2 is None else 2**log2
+            rows.append(
+                {"family": self.name, "point": p, "n": len(found), "best_lr": best, "at_edge": sum(b.at_edge for b in found)}
+            )
+        return rows
 
 
 def transfers(rows: Iterable[dict[str, str]], axis: str, name_of: dict[str, str] | None = None) -> list[Transfer]:

@@ -10,9 +10,11 @@ and ``--norm`` the preset of a study that ran only one (its labels hold no ``nor
 Written with the ``csv`` module (empty field: no value; floats at full precision):
 
 - TRANSFER_CSV: one row per family: ``family, n`` (seeds with a shift), ``shift_mean, ci95_lo, ci95_hi`` (log2 of the
-  best LR per doubling), ``per_seed_shift`` (``seed=value`` pairs), ``best_lr`` (``point=LR`` pairs: 2 to the mean
-  over seeds of log2 best LR), ``seeds_at_edge`` (seeds whose best LR sat on the grid's edge at some point);
-- ``transfer_seeds.csv`` beside it: ``family, seed, shift, abs_shift``, what a claim compares by seed.
+  best LR per doubling), ``per_seed_shift`` (``seed=value`` pairs), ``seeds_at_edge`` (seeds whose best LR sat on
+  the grid's edge at some point);
+- ``transfer_seeds.csv`` beside it: ``family, seed, shift, abs_shift``, what a claim compares by seed;
+- ``transfer_points.csv`` beside it: ``family, point`` (a width or a depth), ``n`` (seeds with a best LR there),
+  ``best_lr`` (2 to the mean over them of log2 best LR), ``at_edge`` (how many of them sat on the grid's edge).
 
 Exit status 2 with one line on a bad axis, a study that does not vary it, an unnamed family (a label without ``norm.*``
 keys and no ``--norm``) or an unwritable path.
@@ -27,7 +29,8 @@ from analysis.csvs import csv_field, output_dir, write_csv
 from analysis.presets import preset_names as all_presets
 from analysis.transfer import AXES, preset_names, seed_rows, stripped_labels, transfers
 
-SUMMARY = ("family", "n", "shift_mean", "ci95_lo", "ci95_hi", "per_seed_shift", "best_lr", "seeds_at_edge")
+SUMMARY = ("family", "n", "shift_mean", "ci95_lo", "ci95_hi", "per_seed_shift", "seeds_at_edge")
+POINTS = ("family", "point", "n", "best_lr", "at_edge")
 SEEDS = ("family", "seed", "shift", "abs_shift")
 
 
@@ -51,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(args.out, SUMMARY, ([csv_field(s[c]) for c in SUMMARY] for s in summaries))
         seeds = [row for t in found for row in seed_rows(t)]
         write_csv(args.out.with_name("transfer_seeds.csv"), SEEDS, ([csv_field(r[c]) for c in SEEDS] for r in seeds))
+        points = [row for t in found for row in t.point_rows()]
+        write_csv(args.out.with_name("transfer_points.csv"), POINTS, ([csv_field(r[c]) for c in POINTS] for r in points))
     except (OSError, ValueError, KeyError) as e:
         print(f"lr_transfer: error: {e}", file=sys.stderr)
         return 2

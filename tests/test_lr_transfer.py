@@ -77,8 +77,10 @@ def test_the_command_writes_both_csvs_named_by_preset_with_intervals(tmp_path: P
     row = summary["pre_ln sp"]
     assert row["n"] == "3" and float(row["shift_mean"]) == pytest.approx(-0.5, abs=1e-12) and row["seeds_at_edge"] == ""
     assert float(row["ci95_lo"]) == pytest.approx(-0.5, abs=1e-9) == float(row["ci95_hi"])  # every seed shifts alike
-    best = dict(pair.split("=") for pair in row["best_lr"].split())
-    assert float(best["256"]) == pytest.approx(2 ** (-9 - 1 + 0.1), rel=1e-9)  # mean over seeds of -9 - 1 + seed / 10
+    points = {(r["family"], r["point"]): r for r in read_csv(out.with_name("transfer_points.csv"))}
+    assert len(points) == 4 * 3 and (points["pre_ln sp", "256"]["n"], points["pre_ln sp", "256"]["at_edge"]) == ("3", "0")
+    # 2 to the mean over seeds of -9 - 0.5 log2(256 / 64) + seed / 10
+    assert float(points["pre_ln sp", "256"]["best_lr"]) == pytest.approx(2 ** (-9 - 1 + 0.1), rel=1e-9)
     seeds = read_csv(out.with_name("transfer_seeds.csv"))
     assert [(r["family"], r["seed"]) for r in seeds[:3]] == [("pre_ln sp", "0"), ("pre_ln sp", "1"), ("pre_ln sp", "2")]
     assert [float(r["abs_shift"]) for r in seeds if r["family"] == "post_ln mup"] == pytest.approx([0.25] * 3, abs=1e-12)
@@ -112,9 +114,12 @@ def test_a_study_of_one_norm_preset_is_named_by_norm_and_refused_without_it(tmp_
     assert lr_transfer.main([str(both), "--axis", "depth", "--out", str(out), "--by-preset", "--norm", "pre_ln"]) == 0
     shifts = {r["family"]: float(r["shift_mean"]) for r in read_csv(out)}
     assert shifts == pytest.approx({"pre_ln sp": -1.0, "pre_ln completep": 0.0}, abs=1e-12)
-    alone = _depth_cells(tmp_path / "alone.csv", {"": -0.5})
+    alone = _depth_cells(tmp_path / "alone.csv", {"": -2.0})  # at depth 8 the bowl's minimum, 2^-13, is off the grid
     assert lr_transfer.main([str(alone), "--axis", "depth", "--out", str(out), "--by-preset", "--norm", "post_ln"]) == 0
-    assert [(r["family"], float(r["shift_mean"])) for r in read_csv(out)] == [("post_ln", pytest.approx(-0.5, abs=1e-12))]
+    # the edge's LR stands in for it: log2 best LR -9, -11, -12 over log2 depth 1, 2, 3
+    assert [(r["family"], float(r["shift_mean"])) for r in read_csv(out)] == [("post_ln", pytest.approx(-1.5, abs=1e-12))]
+    at = {r["point"]: (r["n"], float(r["best_lr"]), r["at_edge"]) for r in read_csv(out.with_name("transfer_points.csv"))}
+    assert at == {"2": ("1", 2.0**-9, "0"), "4": ("1", pytest.approx(2.0**-11), "0"), "8": ("1", 2.0**-12, "1")}
     with pytest.raises(SystemExit):  # --norm without --by-preset, and a preset that does not exist
         lr_transfer.main([str(both), "--axis", "depth", "--out", str(out), "--norm", "pre_ln"])
     with pytest.raises(SystemExit):

@@ -1,0 +1,64 @@
+"""docs/results.md's finding (k): the presets run the seeds the claims fix over one LR grid, and the committed CSVs are
+what scripts.lr_transfer gives from the report cells of the runs, with the facts the page's prose reads from them."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysis.variants import label_pairs
+from scripts import lr_transfer
+from tests.helpers.csvs import read_csv
+from tests.helpers.results import sweep_params
+
+STUDY = Path(__file__).parents[1] / "docs" / "results" / "width_transfer"
+CLAIMS = yaml.safe_load((STUDY / "claims.yaml").read_text())
+# per axis: its preset, the parametrization set against sp, and the run keys of its base point (width: d_model 64)
+AXES = {"depth": ("depth_transfer", "completep", "model.n_enc_layers=2 model.n_dec_layers=2")}
+PARAMETRIZATION_KEYS = ("model.parametrization", "model.base_d_model", "model.base_depth")
+
+
+def test_the_presets_run_the_claims_seeds_over_the_lr_sensitivity_study_s_grid() -> None:
+    for preset in ("width_transfer", "depth_transfer"):
+        params = sweep_params(preset)
+        assert [int(s) for s in params["seed"]] == CLAIMS["seeds"], preset
+        assert params["optim.lr"] == ["3e-4", "1e-3", "3e-3", "1e-2", "3e-2"], preset
+    named = {side["family"] for c in CLAIMS["claims"] for side in (c["arm"], c.get("baseline")) if side}
+    norms = sweep_params("width_transfer")["norm"] + sweep_params("depth_transfer")["norm"]
+    assert {name.split()[0] for name in named} == set(norms)
+
+
+@pytest.mark.parametrize("axis", sorted(AXES))
+def test_the_csvs_are_what_lr_transfer_gives_from_the_report_cells_and_every_run_finished(axis: str, tmp_path: Path) -> None:
+    cells = STUDY / axis / "report_cells.csv"  # the report's lr_sensitivity.csv of both sweeps' run dirs
+    preset = AXES[axis][0]
+    params = sweep_params(preset)
+    norm = ["--norm", *params["norm"]] if len(params["norm"]) == 1 else []  # a study of one preset: the labels hold none
+    assert lr_transfer.main([str(cells), "--axis", axis, "--out", str(tmp_path / "transfer.csv"), "--by-preset", *norm]) == 0
+    for name in ("transfer.csv", "transfer_seeds.csv", "transfer_points.csv"):
+        assert (tmp_path / name).read_text() == (STUDY / axis / name).read_text(), name
+    points = params[axis]
+    rows = read_csv(cells)
+    assert len(rows) == 2 * len(params["norm"]) * len(points) * len(params["optim.lr"]) * len(CLAIMS["seeds"])
+    assert {r["state"] for r in rows} == {"finished"}
+
+
+@pytest.mark.parametrize("axis", sorted(AXES))
+def test_at_the_base_point_the_scaled_parametrization_s_runs_equal_sp_s_to_the_last_digit(axis: str) -> None:
+    # every factor of mup (completep) is 1 at its base width (depth): the runs there are sp's, bit for bit
+    _, scaled, base = AXES[axis]
+    by_arm: dict[str, dict[tuple[str, str, str], str]] = {"sp": {}, scaled: {}}
+    for row in read_csv(STUDY / axis / "report_cells.csv"):
+        pairs = label_pairs(row["family"])
+        if all(pair in row["family"].split() for pair in base.split()):
+            rest = " ".join(f"{k}={v}" for k, v in pairs.items() if k not in PARAMETRIZATION_KEYS)
+            by_arm[pairs["model.parametrization"]][(rest, row["seed"], row["lr"])] = row["final_val_loss"]
+    assert len(by_arm["sp"]) == len(sweep_params(AXES[axis][0])["norm"]) * 5 * len(CLAIMS["seeds"])
+    assert by_arm[scaled] == by_arm["sp"]
+
+
+def test_completep_s_best_lr_moves_less_than_sp_s_in_every_seed() -> None:
+    # the page's reading across depth: each seed's absolute shift is smaller under completep
+    shift = {(r["family"], r["seed"]): float(r["abs_shift"]) for r in read_csv(STUDY / "depth" / "transfer_seeds.csv")}
+    for seed in CLAIMS["seeds"]:
+        assert shift["pre_ln completep", str(seed)] < shift["pre_ln sp", str(seed)], seed
