@@ -8,7 +8,7 @@ import pytest
 import torch
 from datasets import Dataset, DatasetDict
 
-from data.batching import Seq2SeqData, collate, make_batches, train_stream
+from data.batching import Seq2SeqData, batch_shape, collate, make_batches, train_stream
 from data.cmudict_g2p import load_cmudict, split_of
 from data.metrics import per_wer
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_vocab, encode_all
@@ -158,6 +158,19 @@ def test_eval_set_references_keep_the_dictionary_order_primary_entry_first():
     assert all(" ".join(refs[0]) == primary[w] for w, refs in zip(test.words, test.refs, strict=True))
     variants = {w: refs for w, refs in zip(test.words, test.refs, strict=True) if len(refs) > 1}
     assert len(variants) > 100  # the check above saw words whose primary entry is not their only one
+
+
+def test_the_default_training_batches_pad_little_on_the_src_side_and_a_seventh_on_the_tgt_side():
+    # docs/benchmarks.md: not computing padding could buy at most this share of a real G2P step's per-token work;
+    # batches are bucketed by a row's longer side, so src (letters) nearly fills them and tgt (phonemes) does not
+    cfg = validate(make_cfg())
+    _, _, ids, _, _ = g2p._g2p_data(cfg.data.keep_stress, None, cfg.data.cache_dir)
+    data = ids["train"]
+    batches = make_batches(data, cfg.trainer.max_tokens, torch.Generator().manual_seed(cfg.seed))
+    shapes = [(batch_shape(data, index), index) for index in batches]
+    src_pad = 1 - sum(len(data.src[i]) + 1 for _, index in shapes for i in index) / sum(b * s for (b, s, _, _), _ in shapes)
+    tgt_pad = 1 - sum(n for (_, _, _, n), _ in shapes) / sum(b * t for (b, _, t, _), _ in shapes)
+    assert 100 * src_pad < 0.5 and 13 < 100 * tgt_pad < 14
 
 
 def test_per_ties_go_to_the_reference_that_sorts_first_as_in_sequitur():
