@@ -19,7 +19,7 @@ A family here is an LR family of the study with its width keys left out (``WIDTH
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scipy.stats import linregress
 
@@ -63,11 +63,13 @@ def best_lr(seed: SeedGrid, grid: list[float]) -> BestLR | None:
 @dataclass
 class Transfer:
     """One family across the axis: ``points`` the axis values (ascending); ``best[seed][point]`` each seed's
-    best LR there (None: none); ``shifts[seed]`` its shift per doubling (seeds with a best LR at every point)."""
+    best LR there (None: none) and ``grids[seed][point]`` its grid; ``shifts[seed]`` its shift per doubling (seeds
+    with a best LR at every point)."""
 
     name: str
     points: list[int]
     best: dict[object, dict[int, BestLR | None]]
+    grids: dict[object, dict[int, SeedGrid]] = field(default_factory=dict)
 
     @property
     def shifts(self) -> dict[object, float]:
@@ -97,15 +99,19 @@ class Transfer:
 
     def point_rows(self) -> list[dict[str, object]]:
         """One row per point of the axis: the seeds with a best LR there (``n``), ``best_lr`` (2 to the mean over them
-        of log2 best LR: a geometric mean) and ``at_edge``, how many of them sat on the grid's edge."""
+        of log2 best LR: a geometric mean), ``at_edge`` (how many of them sat on the grid's edge), and the means over
+        the same seeds of l0 (``init_loss``, the loss at step 0) and of l* (``best_loss``, the lowest capped final
+        loss on the grid: ``analysis.lrs``)."""
         rows = []
         for p in self.points:
-            found = [b for at in self.best.values() if (b := at.get(p)) is not None]
-            log2 = sum(b.log2_lr for b in found) / len(found) if found else None
-            best = None if log2 is None else 2**log2
-            rows.append(
-                {"family": self.name, "point": p, "n": len(found), "best_lr": best, "at_edge": sum(b.at_edge for b in found)}
-            )
+            found = {s: b for s, at in self.best.items() if (b := at.get(p)) is not None}
+            row: dict[str, object] = {"family": self.name, "point": p, "n": len(found)}
+            row["best_lr"] = 2 ** (sum(b.log2_lr for b in found.values()) / len(found)) if found else None
+            row["at_edge"] = sum(b.at_edge for b in found.values())
+            for key in ("init_loss", "best_loss"):
+                values = [getattr(self.grids[s][p], key) for s in found]
+                row[key] = sum(values) / len(values) if values else None
+            rows.append(row)
         return rows
 
 
@@ -130,6 +136,7 @@ def transfers(rows: Iterable[dict[str, str]], axis: str, name_of: dict[str, str]
         transfer.points = sorted({*transfer.points, point})
         for seed in family.seeds:
             transfer.best.setdefault(seed.seed, {})[point] = best_lr(seed, family.grid)
+            transfer.grids.setdefault(seed.seed, {})[point] = seed
     return list(out.values())
 
 

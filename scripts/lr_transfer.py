@@ -14,7 +14,8 @@ Written with the ``csv`` module (empty field: no value; floats at full precision
   the grid's edge at some point);
 - ``transfer_seeds.csv`` beside it: ``family, seed, shift, abs_shift``, what a claim compares by seed;
 - ``transfer_points.csv`` beside it: ``family, point`` (a width or a depth), ``n`` (seeds with a best LR there),
-  ``best_lr`` (2 to the mean over them of log2 best LR), ``at_edge`` (how many of them sat on the grid's edge).
+  ``best_lr`` (2 to the mean over them of log2 best LR), ``at_edge`` (how many of them sat on the grid's edge),
+  ``init_loss`` and ``best_loss`` (the mean over them of the loss at step 0 and of the lowest capped final loss).
 
 Exit status 2 with one line on a bad axis, a study that does not vary it, an unnamed family (a label without ``norm.*``
 keys and no ``--norm``) or an unwritable path.
@@ -30,7 +31,7 @@ from analysis.presets import preset_names as all_presets
 from analysis.transfer import AXES, preset_names, seed_rows, stripped_labels, transfers
 
 SUMMARY = ("family", "n", "shift_mean", "ci95_lo", "ci95_hi", "per_seed_shift", "seeds_at_edge")
-POINTS = ("family", "point", "n", "best_lr", "at_edge")
+POINTS = ("family", "point", "n", "best_lr", "at_edge", "init_loss", "best_loss")
 SEEDS = ("family", "seed", "shift", "abs_shift")
 
 

@@ -164,6 +164,23 @@ def test_a_completep_run_trains_from_the_command_line_s_keys_and_resumes_exactly
     assert eps == [1e-9 / 4, 1e-9] and len(losses(tmp_path / "straight")) == 6  # optim.eps 1e-9; m * m_L = 4
 
 
+def test_at_init_a_deep_completep_decoder_predicts_its_input_token_where_sp_s_does_not() -> None:
+    # docs/results.md (k), why CompleteP's loss at step 0 rises with depth: with 1/m_L on every branch the stream
+    # stays the sqrt(D)-scaled token embedding, which the tied output layer scores highest for the input token itself
+    gen = torch.Generator().manual_seed(0)
+    src, tgt_in = torch.randint(3, 30, (32, 12), generator=gen), torch.randint(3, 40, (32, 12), generator=gen)
+    share = {}
+    for parametrization, layers in (("sp", 2), ("sp", 8), ("completep", 8)):
+        torch.manual_seed(0)
+        base = {"base_d_model": BASE_WIDTH, "base_depth": BASE_DEPTH} if parametrization == "completep" else {}
+        depth = {"n_enc_layers": layers, "n_dec_layers": layers}
+        cfg = vocab(d_model=BASE_WIDTH, d_ff=4 * BASE_WIDTH, **depth, parametrization=parametrization, **base)
+        with torch.no_grad():
+            logits = EncoderDecoder(cfg).eval()(src, tgt_in)
+        share[parametrization, layers] = logits.argmax(-1).eq(tgt_in).float().mean().item()
+    assert share["completep", 8] > 0.95 > share["sp", 2] > 0.8 > 0.6 > share["sp", 8]
+
+
 def test_docs_name_the_presets_that_compose_with_completep() -> None:
     text = " ".join((Path(__file__).parents[1] / "docs" / "parametrization.md").read_text().split())
     listed = re.search(r"Of the norm presets, (.+?) compose; the rest are refused", text)

@@ -81,6 +81,9 @@ def test_the_command_writes_both_csvs_named_by_preset_with_intervals(tmp_path: P
     assert len(points) == 4 * 3 and (points["pre_ln sp", "256"]["n"], points["pre_ln sp", "256"]["at_edge"]) == ("3", "0")
     # 2 to the mean over seeds of -9 - 0.5 log2(256 / 64) + seed / 10
     assert float(points["pre_ln sp", "256"]["best_lr"]) == pytest.approx(2 ** (-9 - 1 + 0.1), rel=1e-9)
+    # l0 and the lowest loss on the grid, 1 + 0.1 (seed / 10)^2 at the grid point -10, averaged over the seeds
+    at = points["pre_ln sp", "256"]
+    assert float(at["init_loss"]) == INIT and float(at["best_loss"]) == pytest.approx(1 + 0.1 * (0.01 + 0.04) / 3, rel=1e-12)
     seeds = read_csv(out.with_name("transfer_seeds.csv"))
     assert [(r["family"], r["seed"]) for r in seeds[:3]] == [("pre_ln sp", "0"), ("pre_ln sp", "1"), ("pre_ln sp", "2")]
     assert [float(r["abs_shift"]) for r in seeds if r["family"] == "post_ln mup"] == pytest.approx([0.25] * 3, abs=1e-12)
