@@ -157,11 +157,11 @@ def preset_names(labels: Iterable[str], norm: str | None = None) -> dict[str, st
     names: dict[str, str] = {}
     for label in dict.fromkeys(labels):
         pairs = label_pairs(label) if label else {}  # '': the study varies nothing but the axis
-        if not any(k.startswith("norm.") for k in pairs):
-            if norm is None:
-                raise ValueError(f"family {label!r} holds no norm.* key: the study ran one norm preset; name it (--norm)")
-            preset: str | None = norm
-        elif (preset := study_name(label)) is None:
+        one_preset = not any(k.startswith("norm.") for k in pairs)
+        if one_preset and norm is None:
+            raise ValueError(f"family {label!r} holds no norm.* key: the study ran one norm preset; name it (--norm)")
+        preset = norm if one_preset else study_name(label)
+        if preset is None:
             raise ValueError(f"family {label!r} names no single norm preset (none or several fit its keys)")
         param = pairs.get("model.parametrization")
         name = preset if param is None else f"{preset} {param}"
