@@ -114,6 +114,19 @@ class Transfer:
             rows.append(row)
         return rows
 
+    def grid_rows(self) -> list[dict[str, object]]:
+        """One row per point of the axis and LR of its grid: ``n`` (seeds whose capped final loss is known there) and
+        ``capped_loss``, its mean over them (``analysis.lrs``: min(final loss, l0), l0 for a diverged run)."""
+        rows = []
+        for p in self.points:
+            cells = [c for at in self.grids.values() if p in at for c in at[p].cells if c.capped is not None]
+            for lr in sorted({c.lr for c in cells}):
+                values = [c.capped for c in cells if c.lr == lr and c.capped is not None]
+                rows.append(
+                    {"family": self.name, "point": p, "lr": lr, "n": len(values), "capped_loss": sum(values) / len(values)}
+                )
+        return rows
+
 
 def transfers(rows: Iterable[dict[str, str]], axis: str, name_of: dict[str, str] | None = None) -> list[Transfer]:
     """The families of the report's ``lr_sensitivity.csv`` ``rows`` across ``axis`` (``width`` or ``depth``), each

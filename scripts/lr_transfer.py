@@ -1,7 +1,7 @@
 """Does the best LR transfer across width or depth? Per family, the best LR at each width (depth) and its shift per
 doubling, with a 95 % interval over the seeds (``analysis.transfer``: definitions and formulas).
 
-    python -m scripts.lr_transfer CELLS_CSV --axis width --out TRANSFER_CSV [--by-preset [--norm PRESET]]
+    python -m scripts.lr_transfer CELLS_CSV --axis width|depth --out TRANSFER_CSV [--by-preset [--norm PRESET]]
 
 CELLS_CSV is the report's ``lr_sensitivity.csv`` of one LR study run at several widths (``model.d_model`` and
 ``model.d_ff``, the axis keys ``width`` leaves out of a family's label) or depths (``depth``: ``model.n_enc_layers``,
@@ -15,7 +15,9 @@ Written with the ``csv`` module (empty field: no value; floats at full precision
 - ``transfer_seeds.csv`` beside it: ``family, seed, shift, abs_shift``, what a claim compares by seed;
 - ``transfer_points.csv`` beside it: ``family, point`` (a width or a depth), ``n`` (seeds with a best LR there),
   ``best_lr`` (2 to the mean over them of log2 best LR), ``at_edge`` (how many of them sat on the grid's edge),
-  ``init_loss`` and ``best_loss`` (the mean over them of the loss at step 0 and of the lowest capped final loss).
+  ``init_loss`` and ``best_loss`` (the mean over them of the loss at step 0 and of the lowest capped final loss);
+- ``transfer_grid.csv`` beside it: ``family, point, lr, n`` (seeds with a capped final loss there) and ``capped_loss``
+  (its mean over them): the curves the best LR is read from.
 
 Exit status 2 with one line on a bad axis, a study that does not vary it, an unnamed family (a label without ``norm.*``
 keys and no ``--norm``) or an unwritable path.
@@ -32,6 +34,7 @@ from analysis.transfer import AXES, preset_names, seed_rows, stripped_labels, tr
 
 SUMMARY = ("family", "n", "shift_mean", "ci95_lo", "ci95_hi", "per_seed_shift", "seeds_at_edge")
 POINTS = ("family", "point", "n", "best_lr", "at_edge", "init_loss", "best_loss")
+GRID = ("family", "point", "lr", "n", "capped_loss")
 SEEDS = ("family", "seed", "shift", "abs_shift")
 
 
@@ -57,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(args.out.with_name("transfer_seeds.csv"), SEEDS, ([csv_field(r[c]) for c in SEEDS] for r in seeds))
         points = [row for t in found for row in t.point_rows()]
         write_csv(args.out.with_name("transfer_points.csv"), POINTS, ([csv_field(r[c]) for c in POINTS] for r in points))
+        grid = [row for t in found for row in t.grid_rows()]
+        write_csv(args.out.with_name("transfer_grid.csv"), GRID, ([csv_field(r[c]) for c in GRID] for r in grid))
     except (OSError, ValueError, KeyError) as e:
         print(f"lr_transfer: error: {e}", file=sys.stderr)
         return 2

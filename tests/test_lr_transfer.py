@@ -84,6 +84,10 @@ def test_the_command_writes_both_csvs_named_by_preset_with_intervals(tmp_path: P
     # l0 and the lowest loss on the grid, 1 + 0.1 (seed / 10)^2 at the grid point -10, averaged over the seeds
     at = points["pre_ln sp", "256"]
     assert float(at["init_loss"]) == INIT and float(at["best_loss"]) == pytest.approx(1 + 0.1 * (0.01 + 0.04) / 3, rel=1e-12)
+    grid = {(r["family"], r["point"], float(r["lr"])): r for r in read_csv(out.with_name("transfer_grid.csv"))}
+    assert len(grid) == 4 * 3 * len(GRID) and grid["pre_ln sp", "256", 2.0**-10]["n"] == "3"
+    mean = sum(1 + 0.1 * (seed / 10) ** 2 for seed in range(3)) / 3  # the bowl at 2^-10, each seed's minimum 2^(-10 + seed/10)
+    assert float(grid["pre_ln sp", "256", 2.0**-10]["capped_loss"]) == pytest.approx(mean, rel=1e-12)
     seeds = read_csv(out.with_name("transfer_seeds.csv"))
     assert [(r["family"], r["seed"]) for r in seeds[:3]] == [("pre_ln sp", "0"), ("pre_ln sp", "1"), ("pre_ln sp", "2")]
     assert [float(r["abs_shift"]) for r in seeds if r["family"] == "post_ln mup"] == pytest.approx([0.25] * 3, abs=1e-12)

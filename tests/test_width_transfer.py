@@ -35,7 +35,7 @@ def test_the_csvs_are_what_lr_transfer_gives_from_the_report_cells_and_every_run
     params = sweep_params(preset)
     norm = ["--norm", *params["norm"]] if len(params["norm"]) == 1 else []  # a study of one preset: the labels hold none
     assert lr_transfer.main([str(cells), "--axis", axis, "--out", str(tmp_path / "transfer.csv"), "--by-preset", *norm]) == 0
-    for name in ("transfer.csv", "transfer_seeds.csv", "transfer_points.csv"):
+    for name in ("transfer.csv", "transfer_seeds.csv", "transfer_points.csv", "transfer_grid.csv"):
         assert (tmp_path / name).read_text() == (STUDY / axis / name).read_text(), name
     points = params[axis]
     rows = read_csv(cells)
