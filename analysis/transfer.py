@@ -19,7 +19,7 @@ A family here is an LR family of the study with its width keys left out (``WIDTH
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from scipy.stats import linregress
 
@@ -62,14 +62,17 @@ def best_lr(seed: SeedGrid, grid: list[float]) -> BestLR | None:
 
 @dataclass
 class Transfer:
-    """One family across the axis: ``points`` the axis values (ascending); ``best[seed][point]`` each seed's
-    best LR there (None: none) and ``grids[seed][point]`` its grid; ``shifts[seed]`` its shift per doubling (seeds
-    with a best LR at every point)."""
+    """One family across the axis: ``points`` the axis values (ascending); ``grids[seed][point]`` each seed's grid
+    there, ``best[seed][point]`` its best LR (None: none); ``shifts[seed]`` its shift per doubling (seeds with a best
+    LR at every point)."""
 
     name: str
     points: list[int]
-    best: dict[object, dict[int, BestLR | None]]
-    grids: dict[object, dict[int, SeedGrid]] = field(default_factory=dict)
+    grids: dict[object, dict[int, SeedGrid]]
+
+    @property
+    def best(self) -> dict[object, dict[int, BestLR | None]]:
+        return {s: {p: best_lr(g, [c.lr for c in g.cells]) for p, g in at.items()} for s, at in self.grids.items()}
 
     @property
     def shifts(self) -> dict[object, float]:
@@ -102,9 +105,9 @@ class Transfer:
         of log2 best LR: a geometric mean), ``at_edge`` (how many of them sat on the grid's edge), and the means over
         the same seeds of l0 (``init_loss``, the loss at step 0) and of l* (``best_loss``, the lowest capped final
         loss on the grid: ``analysis.lrs``)."""
-        rows = []
+        rows, best = [], self.best
         for p in self.points:
-            found = {s: b for s, at in self.best.items() if (b := at.get(p)) is not None}
+            found = {s: b for s, at in best.items() if (b := at.get(p)) is not None}
             row: dict[str, object] = {"family": self.name, "point": p, "n": len(found)}
             row["best_lr"] = 2 ** (sum(b.log2_lr for b in found.values()) / len(found)) if found else None
             row["at_edge"] = sum(b.at_edge for b in found.values())
@@ -119,9 +122,11 @@ class Transfer:
         ``capped_loss``, its mean over them (``analysis.lrs``: min(final loss, l0), l0 for a diverged run)."""
         rows = []
         for p in self.points:
-            cells = [c for at in self.grids.values() if p in at for c in at[p].cells if c.capped is not None]
-            for lr in sorted({c.lr for c in cells}):
-                values = [c.capped for c in cells if c.lr == lr and c.capped is not None]
+            by_lr: dict[float, list[float]] = {}
+            for c in (c for at in self.grids.values() if p in at for c in at[p].cells):
+                if c.capped is not None:
+                    by_lr.setdefault(c.lr, []).append(c.capped)
+            for lr, values in sorted(by_lr.items()):
                 rows.append(
                     {"family": self.name, "point": p, "lr": lr, "n": len(values), "capped_loss": sum(values) / len(values)}
                 )
@@ -148,7 +153,6 @@ def transfers(rows: Iterable[dict[str, str]], axis: str, name_of: dict[str, str]
         transfer = out.setdefault(name, Transfer(name, [], {}))
         transfer.points = sorted({*transfer.points, point})
         for seed in family.seeds:
-            transfer.best.setdefault(seed.seed, {})[point] = best_lr(seed, family.grid)
             transfer.grids.setdefault(seed.seed, {})[point] = seed
     return list(out.values())
 

@@ -7,11 +7,9 @@ from pathlib import Path
 import yaml
 
 from scripts import report_lrs
-from tests.helpers.config import make_cfg
+from tests.helpers.config import default_g2p_data
 from tests.helpers.csvs import read_csv
 from tests.helpers.results import sweep_params
-from training.schema import validate
-from training.tasks import g2p
 
 STUDY = Path(__file__).parents[1] / "docs" / "results" / "attn_controls"
 CONTROLS = ("none", "qk_norm", "gate", "sink", "softpick", "softcap")
@@ -75,10 +73,9 @@ def test_uniform_attention_puts_on_the_first_key_what_pre_ln_s_attention_does() 
     # the page: on CMUdict's words uniform attention alone puts about pre-LN's share on the first key, so no sink forms.
     # Its value per site (docs/telemetry.md): the mean over real queries of 1 / (keys it sees), over the training words;
     # the diagnostic is the mean over the 12 sites: 4 encoder self-attentions, 4 decoder self- and 4 cross-attentions
-    cfg = validate(make_cfg())
-    _, _, ids, _, _ = g2p._g2p_data(cfg.data.keep_stress, None, cfg.data.cache_dir)
-    src = [len(s) + 1 for s in ids["train"].src]  # + EOS
-    tgt = [len(t) + 1 for t in ids["train"].tgt]  # BOS + tokens
+    train = default_g2p_data()[2]["train"]
+    src = [len(s) + 1 for s in train.src]  # + EOS
+    tgt = [len(t) + 1 for t in train.tgt]  # BOS + tokens
     enc_self = len(src) / sum(src)
     cross = sum(t / s for s, t in zip(src, tgt, strict=True)) / sum(tgt)
     dec_self = sum(sum(1 / (k + 1) for k in range(t)) for t in tgt) / sum(tgt)

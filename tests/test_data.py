@@ -12,7 +12,7 @@ from data.batching import Seq2SeqData, batch_shape, collate, make_batches, train
 from data.cmudict_g2p import load_cmudict, split_of
 from data.metrics import per_wer
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_vocab, encode_all
-from tests.helpers.config import make_cfg
+from tests.helpers.config import default_g2p_data, make_cfg
 from training import tasks
 from training.schema import validate
 from training.tasks import g2p
@@ -151,8 +151,7 @@ def test_eval_set_references_keep_the_dictionary_order_primary_entry_first():
             head, _, pron = line.partition(" ")
             if "(" not in head and head.lower() not in primary:
                 primary[head.lower()] = " ".join(re.sub(r"\d", "", pron.split("#")[0]).split())
-    cfg = validate(make_cfg())
-    *_, eval_sets, _ = g2p._g2p_data(cfg.data.keep_stress, None, cfg.data.cache_dir)
+    *_, eval_sets, _ = default_g2p_data()
     test = eval_sets["test"]
     assert len(test.words) > 5000
     assert all(" ".join(refs[0]) == primary[w] for w, refs in zip(test.words, test.refs, strict=True))
@@ -164,12 +163,16 @@ def test_the_default_training_batches_pad_little_on_the_src_side_and_a_seventh_o
     # docs/benchmarks.md: not computing padding could buy at most this share of a real G2P step's per-token work;
     # batches are bucketed by a row's longer side, so src (letters) nearly fills them and tgt (phonemes) does not
     cfg = validate(make_cfg())
-    _, _, ids, _, _ = g2p._g2p_data(cfg.data.keep_stress, None, cfg.data.cache_dir)
-    data = ids["train"]
-    batches = make_batches(data, cfg.trainer.max_tokens, torch.Generator().manual_seed(cfg.seed))
-    shapes = [(batch_shape(data, index), index) for index in batches]
-    src_pad = 1 - sum(len(data.src[i]) + 1 for _, index in shapes for i in index) / sum(b * s for (b, s, _, _), _ in shapes)
-    tgt_pad = 1 - sum(n for (_, _, _, n), _ in shapes) / sum(b * t for (b, _, t, _), _ in shapes)
+    data = default_g2p_data()[2]["train"]
+    real = {"src": 0, "tgt": 0}
+    padded = {"src": 0, "tgt": 0}
+    for index in make_batches(data, cfg.trainer.max_tokens, torch.Generator().manual_seed(cfg.seed)):
+        rows, src_len, tgt_len, tgt_tokens = batch_shape(data, index)
+        real["src"] += sum(len(data.src[i]) + 1 for i in index)  # + EOS
+        real["tgt"] += tgt_tokens
+        padded["src"] += rows * src_len
+        padded["tgt"] += rows * tgt_len
+    src_pad, tgt_pad = (1 - real[side] / padded[side] for side in ("src", "tgt"))
     assert 100 * src_pad < 0.5 and 13 < 100 * tgt_pad < 14
 
 

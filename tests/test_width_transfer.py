@@ -53,7 +53,8 @@ def test_at_the_base_point_the_scaled_parametrization_s_runs_equal_sp_s_to_the_l
         if all(pair in row["family"].split() for pair in base.split()):
             rest = " ".join(f"{k}={v}" for k, v in pairs.items() if k not in PARAMETRIZATION_KEYS)
             by_arm[pairs["model.parametrization"]][(rest, row["seed"], row["lr"])] = row["final_val_loss"]
-    assert len(by_arm["sp"]) == len(sweep_params(AXES[axis][0])["norm"]) * 5 * len(CLAIMS["seeds"])
+    params = sweep_params(AXES[axis][0])
+    assert len(by_arm["sp"]) == len(params["norm"]) * len(params["optim.lr"]) * len(CLAIMS["seeds"])
     assert by_arm[scaled] == by_arm["sp"]
 
 

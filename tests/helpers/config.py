@@ -13,6 +13,7 @@ from model.config import ModelConfig
 from training.optim import build_optimizer, build_scheduler
 from training.presets import default_optim
 from training.schema import ScheduleConfig, validate
+from training.tasks import g2p
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,6 +38,13 @@ def compose_conf(*overrides: str, hydra: bool = False) -> DictConfig:
 def make_cfg(*overrides: str) -> DictConfig:
     """conf/config.yaml composed with the tiny test settings and ``overrides`` (later wins)."""
     return compose_conf(*TINY, *overrides)
+
+
+def default_g2p_data() -> tuple:
+    """What a default run's G2P task builds (``training.tasks.g2p._g2p_data``: vocabularies, token ids per split,
+    eval sets, training words), through the data cache as a run reads it."""
+    cfg = validate(make_cfg())
+    return g2p._g2p_data(cfg.data.keep_stress, None, cfg.data.cache_dir)
 
 
 def model_config(cfg: DictConfig, src_vocab: int, tgt_vocab: int) -> ModelConfig:
