@@ -40,7 +40,7 @@ from training import distributed, slurm
 from training.checkpoint import LATEST, ResumeRefused, finished_run_changes
 from training.cli import check_args, register_resolvers, resume_command
 from training.flops import train_flops
-from training.interrupt import NonFiniteLossError, RunInterrupted, StopRequest, read_stop, request_stop
+from training.interrupt import NonFiniteLossError, RunInterrupted, StartUpSigint, StopRequest, read_stop, request_stop
 from training.optim import scheduled_lr
 from training.progress import Progress
 from training.schema import RunConfig, validate
@@ -96,10 +96,13 @@ def _attempt(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     if is_main and (job := slurm.job_record()):  # which SLURM job, and how many requeues, this attempt is
         write_status(run_dir, slurm=job)
     try:
-        try:
-            return _train(validate(cfg), run_dir, is_main)
-        except KeyboardInterrupt:  # Ctrl-C outside a training step (start-up) or a second one
-            raise RunInterrupted(f"stopped by SIGINT; {resume_hint(run_dir)}", signal.SIGINT) from None
+        with StartUpSigint() as sigint:
+            try:
+                return _train(validate(cfg), run_dir, is_main)
+            except BaseException as e:  # Ctrl-C outside a training step (start-up) or a second one
+                if isinstance(e, KeyboardInterrupt) or (sigint.arrived and not isinstance(e, RunInterrupted)):
+                    raise RunInterrupted(f"stopped by SIGINT; {resume_hint(run_dir)}", signal.SIGINT) from None
+                raise
     except BaseException as e:
         # A run that fails before training in a dir holding a finished run leaves that run's record
         # alone, and so does a refused resume (its dir stays as it was); otherwise the dir says what

@@ -207,6 +207,33 @@ def test_ctrl_c_before_the_run_dir_is_held_is_one_line_and_exits_130(tmp_path):
     ]
 
 
+def test_a_ctrl_c_that_python_turned_into_another_error_is_still_the_ctrl_c(tmp_path):
+    # In CI a SIGINT landed while CPython 3.11 built the ImportError of mpmath's ``from itertools import izip`` (torch
+    # imports it at start-up): the KeyboardInterrupt became ``TypeError: expected a message argument``, a traceback
+    # and exit 1. Here the interrupt turns into that error as the config is checked.
+    run_dir = tmp_path / "run"
+    script = (
+        "import runpy, signal, sys\n"
+        "import training.schema\n"
+        "def validate(cfg):\n"
+        "    try:\n"
+        "        signal.raise_signal(signal.SIGINT)\n"
+        "    except KeyboardInterrupt:\n"
+        "        raise TypeError('expected a message argument') from None\n"
+        "training.schema.validate = validate\n"
+        f"sys.argv = ['train.py', *{SMOKE!r}, 'hydra.run.dir={run_dir}']\n"
+        f"runpy.run_path({str(ROOT / 'train.py')!r}, run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    assert done.returncode == 128 + signal.SIGINT and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert [line for line in done.stderr.splitlines() if line.startswith("normlab:")] == [
+        f"normlab: stopped by SIGINT; nothing to resume (no checkpoint yet); rerun with: python train.py {' '.join(SMOKE)} "
+        f"hydra.run.dir={run_dir}"
+    ]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
+
+
 def test_ctrl_c_during_start_up_is_one_line_and_exits_130(tmp_path):
     # a SIGINT before the loop once printed a KeyboardInterrupt traceback and no resume line.
     run_dir = tmp_path / "run"

@@ -87,3 +87,28 @@ class StopRequest:
         signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
         for s, handler in self._previous.items():
             signal.signal(s, handler)
+
+
+class StartUpSigint:
+    """Within ``with StartUpSigint() as sigint:``, a SIGINT raises KeyboardInterrupt where the code is, as Python's own
+    handler does, and also sets ``sigint.arrived``: an interrupt landing inside CPython's import machinery can surface
+    as another error (CPython 3.11 turned one that came while ``from itertools import izip`` built its ImportError into
+    ``TypeError: expected a message argument``), and ``arrived`` says that error was the Ctrl-C. A SIGINT that is
+    ignored (a job started with ``&``) or has another handler keeps it; the handler is restored on exit."""
+
+    def __init__(self) -> None:
+        self.arrived = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.arrived = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> "StartUpSigint":
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
