@@ -96,13 +96,10 @@ def _attempt(cfg: DictConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     if is_main and (job := slurm.job_record()):  # which SLURM job, and how many requeues, this attempt is
         write_status(run_dir, slurm=job)
     try:
-        with StartUpSigint() as sigint:
-            try:
-                return _train(validate(cfg), run_dir, is_main)
-            except BaseException as e:  # Ctrl-C outside a training step (start-up) or a second one
-                if isinstance(e, KeyboardInterrupt) or (sigint.arrived and not isinstance(e, RunInterrupted)):
-                    raise RunInterrupted(f"stopped by SIGINT; {resume_hint(run_dir)}", signal.SIGINT) from None
-                raise
+        try:
+            return _train(validate(cfg), run_dir, is_main)
+        except KeyboardInterrupt as e:  # Ctrl-C outside a training step (start-up) or a second one
+            raise RunInterrupted(f"stopped by SIGINT; {resume_hint(run_dir)}", signal.SIGINT) from e
     except BaseException as e:
         # A run that fails before training in a dir holding a finished run leaves that run's record
         # alone, and so does a refused resume (its dir stays as it was); otherwise the dir says what
@@ -125,10 +122,11 @@ def ended_as(e: BaseException) -> str:
 def _train(cfg: RunConfig, run_dir: Path, is_main: bool) -> dict[str, float]:
     # Imported once the config has checked out: the data and evaluation code loads datasets and sacrebleu
     # (seconds), so a bad override (training.schema) is reported without waiting for them.
-    from training.run import log_init_loss, save_run, start_run, validate_run
-    from training.window import LogWindow
+    with StartUpSigint(keep=(ResumeRefused,)):  # a Ctrl-C here stays one, whatever error CPython turns it into
+        from training.run import log_init_loss, save_run, start_run, validate_run
+        from training.window import LogWindow
 
-    run = start_run(cfg, run_dir, is_main)
+        run = start_run(cfg, run_dir, is_main)
     tc = cfg.trainer
     shard = {"rank": distributed.rank(), "world": run.world, "accum": tc.grad_accum}  # this rank's share of each step
     stream = train_stream(run.task.data["train"], tc.max_tokens, cfg.seed, *run.data_position, **shard)

@@ -210,17 +210,17 @@ def test_ctrl_c_before_the_run_dir_is_held_is_one_line_and_exits_130(tmp_path):
 def test_a_ctrl_c_that_python_turned_into_another_error_is_still_the_ctrl_c(tmp_path):
     # In CI a SIGINT landed while CPython 3.11 built the ImportError of mpmath's ``from itertools import izip`` (torch
     # imports it at start-up): the KeyboardInterrupt became ``TypeError: expected a message argument``, a traceback
-    # and exit 1. Here the interrupt turns into that error as the config is checked.
+    # and exit 1. Here the interrupt turns into that error as the run is set up.
     run_dir = tmp_path / "run"
     script = (
         "import runpy, signal, sys\n"
-        "import training.schema\n"
-        "def validate(cfg):\n"
+        "import training.run\n"
+        "def start_run(*args):\n"
         "    try:\n"
         "        signal.raise_signal(signal.SIGINT)\n"
         "    except KeyboardInterrupt:\n"
         "        raise TypeError('expected a message argument') from None\n"
-        "training.schema.validate = validate\n"
+        "training.run.start_run = start_run\n"
         f"sys.argv = ['train.py', *{SMOKE!r}, 'hydra.run.dir={run_dir}']\n"
         f"runpy.run_path({str(ROOT / 'train.py')!r}, run_name='__main__')\n"
     )

@@ -90,18 +90,21 @@ class StopRequest:
 
 
 class StartUpSigint:
-    """Within ``with StartUpSigint() as sigint:``, a SIGINT raises KeyboardInterrupt where the code is, as Python's own
-    handler does, and also sets ``sigint.arrived``: an interrupt landing inside CPython's import machinery can surface
-    as another error (CPython 3.11 turned one that came while ``from itertools import izip`` built its ImportError into
-    ``TypeError: expected a message argument``), and ``arrived`` says that error was the Ctrl-C. A SIGINT that is
-    ignored (a job started with ``&``) or has another handler keeps it; the handler is restored on exit."""
+    """Within ``with StartUpSigint(keep):`` (a run's imports and set-up, before the loop's :class:`StopRequest`), a
+    SIGINT raises KeyboardInterrupt where the code is, as Python's own handler does, and an error that leaves the
+    block after a SIGINT came leaves it as KeyboardInterrupt, caused by that error: an interrupt landing inside
+    CPython's import machinery can surface as another error (CPython 3.11 turned one that came while ``from itertools
+    import izip`` built its ImportError into ``TypeError: expected a message argument``). Errors of the types in
+    ``keep`` (raised on purpose, e.g. a refused resume) leave as they are. A SIGINT that is ignored (a job started
+    with ``&``) or has another handler keeps it; the handler is restored on exit."""
 
-    def __init__(self) -> None:
-        self.arrived = False
+    def __init__(self, keep: tuple[type[BaseException], ...] = ()) -> None:
+        self._keep = keep
+        self._arrived = False
         self._previous: Any = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.arrived = True
+        self._arrived = True
         raise KeyboardInterrupt
 
     def __enter__(self) -> "StartUpSigint":
@@ -109,6 +112,8 @@ class StartUpSigint:
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+        if self._arrived and exc is not None and not isinstance(exc, (KeyboardInterrupt, *self._keep)):
+            raise KeyboardInterrupt from exc
