@@ -207,11 +207,14 @@ def test_ctrl_c_before_the_run_dir_is_held_is_one_line_and_exits_130(tmp_path):
     ]
 
 
-def test_a_ctrl_c_that_python_turned_into_another_error_is_still_the_ctrl_c(tmp_path):
-    # In CI a SIGINT landed while CPython 3.11 built the ImportError of mpmath's ``from itertools import izip`` (torch
-    # imports it at start-up): the KeyboardInterrupt became ``TypeError: expected a message argument``, a traceback
-    # and exit 1. Here the interrupt turns into that error as the run is set up.
+@pytest.mark.parametrize("turned_into", [None, "TypeError"])
+def test_a_ctrl_c_during_the_set_up_is_one_line_and_exits_130(tmp_path, turned_into):
+    # A SIGINT before the loop once printed a KeyboardInterrupt traceback and no resume line. And in CI one landed
+    # while CPython 3.11 built the ImportError of mpmath's ``from itertools import izip`` (torch imports it at
+    # start-up): the KeyboardInterrupt became ``TypeError: expected a message argument``, a traceback and exit 1.
+    # Here the Ctrl-C comes as the run is set up, as it is or turned into that error.
     run_dir = tmp_path / "run"
+    turn = f"raise {turned_into}('expected a message argument') from None" if turned_into else "raise"
     script = (
         "import runpy, signal, sys\n"
         "import training.run\n"
@@ -219,7 +222,7 @@ def test_a_ctrl_c_that_python_turned_into_another_error_is_still_the_ctrl_c(tmp_
         "    try:\n"
         "        signal.raise_signal(signal.SIGINT)\n"
         "    except KeyboardInterrupt:\n"
-        "        raise TypeError('expected a message argument') from None\n"
+        f"        {turn}\n"
         "training.run.start_run = start_run\n"
         f"sys.argv = ['train.py', *{SMOKE!r}, 'hydra.run.dir={run_dir}']\n"
         f"runpy.run_path({str(ROOT / 'train.py')!r}, run_name='__main__')\n"
@@ -234,8 +237,10 @@ def test_a_ctrl_c_that_python_turned_into_another_error_is_still_the_ctrl_c(tmp_
     assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
 
 
-def test_ctrl_c_during_start_up_is_one_line_and_exits_130(tmp_path):
-    # a SIGINT before the loop once printed a KeyboardInterrupt traceback and no resume line.
+def test_a_terminal_s_ctrl_c_anywhere_in_the_start_is_one_line_and_exits_130(tmp_path):
+    # A real SIGINT once Hydra has written the job's overrides lands where the machine's load puts it: in Hydra's own
+    # start-up, before the run dir is held, in the set-up or in the first steps (the tests above pin each window and
+    # its exact line). Wherever it lands: one normlab line, no traceback, exit 130, and no run left "running".
     run_dir = tmp_path / "run"
     # SIGINT as a terminal delivers it: a suite started in the background (``cmd &`` in a script) passes SIGINT
     # on ignored, and a Python started with it ignored never turns it into KeyboardInterrupt.
@@ -248,13 +253,12 @@ def test_ctrl_c_during_start_up_is_one_line_and_exits_130(tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGINT, stderr[-3000:]
-    assert "Traceback" not in stderr
-    assert [line for line in stderr.splitlines() if line.startswith("normlab:")] == [
-        f"normlab: stopped by SIGINT; nothing to resume (no checkpoint yet); rerun with: python train.py {' '.join(SMOKE)} "
-        f"hydra.run.dir={run_dir}"
-    ]
-    assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
+    assert proc.returncode == 128 + signal.SIGINT and "Traceback" not in stderr, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.startswith("normlab:")]
+    assert len(lines) == 1 and lines[0].startswith("normlab: stopped by SIGINT"), stderr[-3000:]
+    assert "rerun" in lines[0] or "continue with: " in lines[0], lines[0]
+    if (run_dir / "status.json").exists():
+        assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
 
 
 def test_the_resume_hint_names_the_checkpoint_when_there_is_one(tmp_path):
