@@ -185,3 +185,24 @@ def test_a_model_narrower_than_its_base_takes_the_same_rules() -> None:
     assert factors[id(model.encoder[0].ffn.branch.linear1.weight)] == 2.0
     assert factors[id(model.tgt_embed.tokens.weight)] == pytest.approx(math.sqrt(2))
     assert model.encoder[0].self_attn.branch.logit_scale == pytest.approx(math.sqrt(2))
+
+
+def test_at_init_sp_s_tied_output_layer_favours_the_input_token_more_as_the_model_widens_and_mup_s_does_not() -> None:
+    # docs/results.md (k), why sp's loss at step 0 rises with width: the output layer tied to the sqrt(D)-scaled token
+    # embedding gives the decoder's input token a logit above the mean that grows about as sqrt(D) (1.9x from 64 to 256);
+    # mup's readout multiplier 1 / sqrt(m) holds it where the base width has it
+    gen = torch.Generator().manual_seed(0)
+    src, tgt_in = torch.randint(3, 30, (32, 12), generator=gen), torch.randint(3, 40, (32, 12), generator=gen)
+    margin = {}
+    for parametrization in ("sp", "mup"):
+        for d_model in (64, 256):
+            torch.manual_seed(0)
+            base = {"base_d_model": 64} if parametrization == "mup" else {}
+            cfg = vocab(d_model=d_model, d_ff=4 * d_model, parametrization=parametrization, **base)
+            with torch.no_grad():
+                logits = EncoderDecoder(cfg).eval()(src, tgt_in)
+            own = logits.gather(-1, tgt_in.unsqueeze(-1)).squeeze(-1)
+            margin[parametrization, d_model] = (own - logits.mean(-1)).mean().item()
+    assert margin["sp", 64] == margin["mup", 64] > 2
+    assert margin["sp", 256] / margin["sp", 64] > 1.7
+    assert 0.9 < margin["mup", 256] / margin["mup", 64] < 1.1

@@ -27,6 +27,7 @@ BASE_DEPTH = "model.n_enc_layers=2 model.n_dec_layers=2"
 STUDIES = {  # docs/results/width_transfer/<dir>
     "depth": Study("depth", "depth_transfer", "completep", BASE_DEPTH),
     "depth_untied": Study("depth", "depth_transfer", "completep", BASE_DEPTH),  # model.tie_embeddings=false
+    "width": Study("width", "width_transfer", "mup", "model.d_model=64 model.d_ff=256"),
 }
 PARAMETRIZATION_KEYS = ("model.parametrization", "model.base_d_model", "model.base_depth")
 
@@ -130,3 +131,14 @@ def test_the_control_s_runs_are_not_the_tied_study_s() -> None:
     tied, untied = init("depth"), init("depth_untied")
     assert all(len(tied[seed]) == len(untied[seed]) == 1 for seed in tied)
     assert all(abs(float(min(tied[seed])) - float(min(untied[seed]))) > 0.01 for seed in map(str, CLAIMS["seeds"]))
+
+
+def test_across_width_mup_s_shift_is_smaller_in_every_family_and_seed_and_no_best_lr_sits_on_the_grid_s_edge() -> None:
+    # the page's reading across width; and under sp every family's interval excludes 0, under mup all but OLMo 2's cover it
+    shift = {(r["family"], r["seed"]): float(r["abs_shift"]) for r in read_csv(STUDY / "width" / "transfer_seeds.csv")}
+    for norm in sweep_params("width_transfer")["norm"]:
+        for seed in map(str, CLAIMS["seeds"]):
+            assert shift[f"{norm} mup", seed] < shift[f"{norm} sp", seed], (norm, seed)
+    assert {r["at_edge"] for r in read_csv(STUDY / "width" / "transfer_points.csv")} == {"0"}
+    covers = {r["family"]: float(r["ci95_lo"]) < 0 < float(r["ci95_hi"]) for r in read_csv(STUDY / "width" / "transfer.csv")}
+    assert {family for family, yes in covers.items() if yes} == {f"{n} mup" for n in ("pre_ln", "post_ln", "pre_rms", "pre_dyt")}
