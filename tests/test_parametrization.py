@@ -14,7 +14,7 @@ from model.kinds import NORM_KINDS
 from model.norm_config import NormConfig
 from model.parametrization import UNRULED_KINDS
 from model.transformer import EncoderDecoder
-from tests.helpers.parametrization import NORM_PRESETS, norm_of, step, vocab
+from tests.helpers.parametrization import NORM_PRESETS, init_logits, norm_of, step, vocab
 from tests.reference.mup import CASES
 from training.muon_config import MuonConfig
 from training.mup import lr_factors
@@ -191,16 +191,11 @@ def test_at_init_sp_s_tied_output_layer_favours_the_input_token_more_as_the_mode
     # docs/results.md (k), why sp's loss at step 0 rises with width: the output layer tied to the sqrt(D)-scaled token
     # embedding gives the decoder's input token a logit above the mean that grows about as sqrt(D) (1.9x from 64 to 256);
     # mup's readout multiplier 1 / sqrt(m) holds it where the base width has it
-    gen = torch.Generator().manual_seed(0)
-    src, tgt_in = torch.randint(3, 30, (32, 12), generator=gen), torch.randint(3, 40, (32, 12), generator=gen)
     margin = {}
     for parametrization in ("sp", "mup"):
         for d_model in (64, 256):
-            torch.manual_seed(0)
             base = {"base_d_model": 64} if parametrization == "mup" else {}
-            cfg = vocab(d_model=d_model, d_ff=4 * d_model, parametrization=parametrization, **base)
-            with torch.no_grad():
-                logits = EncoderDecoder(cfg).eval()(src, tgt_in)
+            logits, tgt_in = init_logits(vocab(d_model=d_model, d_ff=4 * d_model, parametrization=parametrization, **base))
             own = logits.gather(-1, tgt_in.unsqueeze(-1)).squeeze(-1)
             margin[parametrization, d_model] = (own - logits.mean(-1)).mean().item()
     assert margin["sp", 64] == margin["mup", 64] > 2

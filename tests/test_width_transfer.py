@@ -72,12 +72,14 @@ def test_at_the_base_point_the_scaled_parametrization_s_runs_equal_sp_s_to_the_l
     assert by_arm[scaled] == by_arm["sp"]
 
 
-@pytest.mark.parametrize("study", ["depth", "depth_untied"])
-def test_completep_s_best_lr_moves_less_than_sp_s_in_every_seed(study: str) -> None:
-    # the page's reading across depth, tied and untied: each seed's absolute shift is smaller under completep
+@pytest.mark.parametrize("study", sorted(STUDIES))
+def test_the_scaled_parametrization_s_best_lr_moves_less_than_sp_s_in_every_family_and_seed(study: str) -> None:
+    # the page's readings, across depth (tied and untied) and width: each seed's absolute shift is smaller
+    _, preset, scaled, _ = STUDIES[study]
     shift = {(r["family"], r["seed"]): float(r["abs_shift"]) for r in read_csv(STUDY / study / "transfer_seeds.csv")}
-    for seed in CLAIMS["seeds"]:
-        assert shift["pre_ln completep", str(seed)] < shift["pre_ln sp", str(seed)], seed
+    for norm in sweep_params(preset)["norm"]:
+        for seed in map(str, CLAIMS["seeds"]):
+            assert shift[f"{norm} {scaled}", seed] < shift[f"{norm} sp", seed], (norm, seed)
 
 
 def _depth_cells(study: str = "depth") -> dict[tuple[str, int, str], dict[str, float]]:
@@ -110,11 +112,12 @@ def test_completep_s_4_block_best_lr_is_pulled_down_by_one_run_far_above_its_see
 
 def test_untied_the_grid_s_best_lr_falls_a_step_under_sp_and_stays_under_completep_in_every_seed() -> None:
     # the control's reading: at 2 blocks both arms' lowest loss is at 1e-2; deeper, sp's is at 3e-3, completep's stays
-    argmins = {key: min(grid, key=grid.__getitem__) for key, grid in _depth_cells("depth_untied").items()}
+    grids = _depth_cells("depth_untied")
+    argmins = {key: min(grid, key=grid.__getitem__) for key, grid in grids.items()}
     assert len(argmins) == 2 * 3 * len(CLAIMS["seeds"])
     assert {key for key, lr in argmins.items() if lr != "0.01"} == {("sp", n, str(s)) for n in (4, 8) for s in CLAIMS["seeds"]}
     assert {argmins["sp", n, str(s)] for n in (4, 8) for s in CLAIMS["seeds"]} == {"0.003"}
-    near_tie = _depth_cells("depth_untied")["completep", 4, "0"]  # the page: they differ in the fourth decimal only
+    near_tie = grids["completep", 4, "0"]  # the page: they differ in the fourth decimal only
     assert 1e-4 < near_tie["0.003"] - near_tie["0.01"] < 1e-3
 
 
@@ -133,12 +136,8 @@ def test_the_control_s_runs_are_not_the_tied_study_s() -> None:
     assert all(abs(float(min(tied[seed])) - float(min(untied[seed]))) > 0.01 for seed in map(str, CLAIMS["seeds"]))
 
 
-def test_across_width_mup_s_shift_is_smaller_in_every_family_and_seed_its_loss_falls_and_no_best_lr_is_at_the_edge() -> None:
+def test_across_width_mup_s_loss_falls_no_best_lr_is_at_the_edge_and_only_olmo2_s_mup_interval_excludes_0() -> None:
     # the page's reading across width; and under sp every family's interval excludes 0, under mup all but OLMo 2's cover it
-    shift = {(r["family"], r["seed"]): float(r["abs_shift"]) for r in read_csv(STUDY / "width" / "transfer_seeds.csv")}
-    for norm in sweep_params("width_transfer")["norm"]:
-        for seed in map(str, CLAIMS["seeds"]):
-            assert shift[f"{norm} mup", seed] < shift[f"{norm} sp", seed], (norm, seed)
     points = read_csv(STUDY / "width" / "transfer_points.csv")
     assert {r["at_edge"] for r in points} == {"0"}
     for norm in sweep_params("width_transfer")["norm"]:  # under mup the lowest final loss falls with width

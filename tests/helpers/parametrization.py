@@ -32,6 +32,15 @@ def step(cfg: ModelConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     return logits.detach(), {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def init_logits(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits (32, 12, vocab), tgt_in (32, 12)) of ``cfg``'s model at initialization (seed 0) on one fixed batch."""
+    gen = torch.Generator().manual_seed(0)
+    src, tgt_in = torch.randint(3, 30, (32, 12), generator=gen), torch.randint(3, 40, (32, 12), generator=gen)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        return EncoderDecoder(cfg).eval()(src, tgt_in), tgt_in
+
+
 def norm_of(case: str) -> NormConfig:
     """A norm preset's ``norm`` (``norm=olmo2``), or ``norm.kind=K`` on the default one."""
     overrides = [case] if case.startswith("norm=") else [f"norm.kind={case}"]
