@@ -187,24 +187,26 @@ def test_the_printed_resume_command_of_a_sweep_job_pastes_and_resumes_it(tmp_pat
     assert "already finished at step 60; skipped" in again.stdout and "1 job: 1 finished" in again.stdout
 
 
-def test_ctrl_c_before_the_run_dir_is_held_is_one_line_and_exits_130(tmp_path):
-    # The test below sends SIGINT once Hydra has written the job's overrides; on a loaded machine it landed before
-    # train()'s handler (in distributed.rank(), in sweep_stop_file()) and printed a traceback. Here it lands there.
-    run_dir = tmp_path / "run"
-    script = (  # train.py as its own __main__ (Hydra finds conf/ beside it), with a Ctrl-C as it takes its run dir's lock
-        "import runpy, sys\n"
-        "import runlog.lock\n"
-        "def ctrl_c(run_dir): raise KeyboardInterrupt\n"
-        "runlog.lock.run_dir_lock = ctrl_c\n"
-        f"sys.argv = ['train.py', *{SMOKE!r}, 'hydra.run.dir={run_dir}']\n"
-        f"runpy.run_path({str(ROOT / 'train.py')!r}, run_name='__main__')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def _train_stopped_in_start_up(run_dir: Path, patch: str) -> None:
+    """Run train.py as its own __main__ (Hydra finds conf/ beside it) after ``patch`` (Python lines that put a Ctrl-C
+    into its start-up), SIGINT as a terminal delivers it; assert the one line and exit 130 a start-up Ctrl-C ends in."""
+    argv = f"sys.argv = ['train.py', *{SMOKE!r}, 'hydra.run.dir={run_dir}']\n"
+    script = f"import runpy, signal, sys\n{patch}{argv}runpy.run_path({str(ROOT / 'train.py')!r}, run_name='__main__')\n"
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     assert done.returncode == 128 + signal.SIGINT and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert [line for line in done.stderr.splitlines() if line.startswith("normlab:")] == [
         f"normlab: stopped by SIGINT; nothing to resume (no checkpoint yet); rerun with: python train.py {' '.join(SMOKE)} "
         f"hydra.run.dir={run_dir}"
     ]
+
+
+def test_ctrl_c_before_the_run_dir_is_held_is_one_line_and_exits_130(tmp_path):
+    # The test below sends SIGINT once Hydra has written the job's overrides; on a loaded machine it landed before
+    # train()'s handler (in distributed.rank(), in sweep_stop_file()) and printed a traceback. Here it lands there,
+    # as train() takes its run dir's lock.
+    patch = "import runlog.lock\ndef ctrl_c(run_dir): raise KeyboardInterrupt\nrunlog.lock.run_dir_lock = ctrl_c\n"
+    _train_stopped_in_start_up(tmp_path / "run", patch)
 
 
 @pytest.mark.parametrize("turned_into", [None, "TypeError"])
@@ -213,10 +215,8 @@ def test_a_ctrl_c_during_the_set_up_is_one_line_and_exits_130(tmp_path, turned_i
     # while CPython 3.11 built the ImportError of mpmath's ``from itertools import izip`` (torch imports it at
     # start-up): the KeyboardInterrupt became ``TypeError: expected a message argument``, a traceback and exit 1.
     # Here the Ctrl-C comes as the run is set up, as it is or turned into that error.
-    run_dir = tmp_path / "run"
     turn = f"raise {turned_into}('expected a message argument') from None" if turned_into else "raise"
-    script = (
-        "import runpy, signal, sys\n"
+    patch = (
         "import training.run\n"
         "def start_run(*args):\n"
         "    try:\n"
@@ -224,17 +224,9 @@ def test_a_ctrl_c_during_the_set_up_is_one_line_and_exits_130(tmp_path, turned_i
         "    except KeyboardInterrupt:\n"
         f"        {turn}\n"
         "training.run.start_run = start_run\n"
-        f"sys.argv = ['train.py', *{SMOKE!r}, 'hydra.run.dir={run_dir}']\n"
-        f"runpy.run_path({str(ROOT / 'train.py')!r}, run_name='__main__')\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
-    assert done.returncode == 128 + signal.SIGINT and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert [line for line in done.stderr.splitlines() if line.startswith("normlab:")] == [
-        f"normlab: stopped by SIGINT; nothing to resume (no checkpoint yet); rerun with: python train.py {' '.join(SMOKE)} "
-        f"hydra.run.dir={run_dir}"
-    ]
-    assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"
+    _train_stopped_in_start_up(tmp_path / "run", patch)
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "interrupted"
 
 
 def test_a_terminal_s_ctrl_c_anywhere_in_the_start_is_one_line_and_exits_130(tmp_path):
