@@ -105,3 +105,9 @@ def test_docs_sweeps_counts_the_variants_presets_norms_and_runs():
 def test_readme_names_every_norm_preset():
     text = (ROOT / "README.md").read_text()
     assert [p.stem for p in sorted((ROOT / "conf" / "norm").glob("*.yaml")) if f"`{p.stem}`" not in text] == []
+
+
+def test_docs_sweeps_has_a_row_for_every_experiment_preset():
+    rows = re.findall(r"^\| (`[^|]+`) \|", (ROOT / "docs" / "sweeps.md").read_text(), re.M)
+    named = {name for row in rows for name in re.findall(r"`([\w-]+)`", row)}
+    assert [p.stem for p in sorted((ROOT / "conf" / "experiment").glob("*.yaml")) if p.stem not in named] == []
