@@ -92,6 +92,7 @@ def test_each_runs_commit_is_older_than_the_section_csv(r: dict[str, str]) -> No
     commits = re.findall(HASH, r["runs_commit"])
     assert commits, r["runs_commit"]
     for commit in commits:
+        assert git("rev-parse", commit).stdout.strip() != wrote[0], (commit, r["csv"])  # runs made before the write
         assert git("merge-base", "--is-ancestor", commit, wrote[0]).returncode == 0, (commit, r["csv"])
 
 
