@@ -42,6 +42,11 @@ def validations(folder: Path) -> dict[str, list[dict]]:
     return rows
 
 
+def pct(fraction: str) -> str:
+    """A CSV's fraction as the page writes a PER or WER: ``0.2875`` -> ``28.75 %``."""
+    return f"{100 * float(fraction):.2f} %"
+
+
 def flat(tree: dict, prefix: str = "") -> dict[str, object]:
     out = {}
     for key, value in tree.items():
@@ -157,7 +162,6 @@ def test_the_longer_recipes_reading_states_its_own_numbers() -> None:
     reading = SECTION.split("### The recipe at 5,000 steps")[1].split("**Reading.**")[1].split("<!--")[0]
     reading = " ".join(reading.split())
     mean = {r["metric"]: r for r in read_csv(LONGER / "summary.csv")}
-    pct = lambda v: f"{100 * float(v):.2f} %"  # noqa: E731
     wer = mean["test/wer"]
     assert f"mean test WER of {pct(wer['mean'])} (standard error {100 * float(wer['stderr']):.2f} points" in reading
     assert f"its PER {pct(mean['test/per']['mean'])}" in reading
